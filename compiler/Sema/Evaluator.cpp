@@ -1,0 +1,491 @@
+//===- Evaluator.cpp - Checked arithmetic over quantities with units ------===//
+#include "Evaluator.h"
+#include "parc/Support/CheckedInt.h"
+#include "parc/Support/NameSuggest.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
+#include <cmath>
+
+namespace parc::sema {
+namespace {
+
+const char *kIntLimit = "9223372036854775807";
+
+std::string showNumber(const Value &v) {
+  if (v.isInt)
+    return std::to_string(v.i);
+  std::string s;
+  llvm::raw_string_ostream(s) << llvm::format("%g", v.r);
+  return s;
+}
+
+std::string joinWords(llvm::ArrayRef<llvm::StringRef> words) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i].str();
+  return out;
+}
+
+/// `dtype = bf16` and the like: a bare name, or nothing.
+std::optional<std::string> bareName(const ast::Expr &expr) {
+  if (expr.kind == ast::Expr::Ref && expr.path.size() == 1)
+    return expr.path[0];
+  return std::nullopt;
+}
+
+} // namespace
+
+std::optional<Value> Evaluator::evalLiteral(const ast::Expr &expr) {
+  llvm::StringRef text = expr.literal;
+  Value v;
+  if (text.find_first_of(".eE") == llvm::StringRef::npos) {
+    auto parsed = parseDecimalInt(text);
+    if (!parsed) {
+      diags.error(expr.range, "integer literal '" + text + "' is too large (the limit is " +
+                                  kIntLimit + ")");
+      return std::nullopt;
+    }
+    v = Value::integer(*parsed);
+  } else {
+    double r = std::strtod(text.str().c_str(), nullptr);
+    if (!std::isfinite(r)) {
+      diags.error(expr.range, "number '" + text + "' is too large");
+      return std::nullopt;
+    }
+    v = Value::real(r);
+  }
+  if (expr.unit.empty())
+    return v;
+  auto unit = lookupUnit(expr.unit);
+  if (!unit) {
+    diags.error(expr.unitRange, "unknown unit '" + expr.unit + "'" +
+                                    didYouMean(expr.unit, allUnitSpellings()));
+    return std::nullopt;
+  }
+  v.dim = unit->dim;
+  if (v.isInt && unit->intScale) {
+    if (auto scaled = checkedMul(v.i, unit->intScale)) {
+      v.i = *scaled;
+      v.r = double(*scaled);
+      return v;
+    }
+    diags.error(expr.range, "'" + text + " " + expr.unit + "' does not fit a 64-bit integer");
+    return std::nullopt;
+  }
+  v.r = v.asDouble() * unit->scale;
+  v.isInt = false;
+  return v;
+}
+
+std::optional<Value> Evaluator::evalRef(const ast::Expr &expr, const Scope &scope) {
+  llvm::StringRef head = expr.path[0];
+  const ResolvedBlock *block = nullptr;
+  const ResolvedField *field = nullptr;
+  // The innermost scope that knows the first name decides what it means.
+  for (const Scope *s = &scope; s && !field && !block; s = s->parent) {
+    if (s->failed.count(head))
+      return std::nullopt;
+    if ((field = s->block->field(head)))
+      break;
+    if ((block = s->block->nestedBlock(head)))
+      break;
+    if (s->syntax) {
+      for (const ast::Statement &st : s->syntax->statements) {
+        auto *f = std::get_if<ast::Field>(&st);
+        if (f && f->name == head) {
+          diags.error(expr.range, "'" + head + "' is used before it is defined");
+          diags.note(f->nameRange, "'" + head + "' is defined here");
+          return std::nullopt;
+        }
+      }
+    }
+  }
+  if (!field && !block)
+    block = lookupBlock(head);
+  if (!field && !block) {
+    std::vector<llvm::StringRef> visible(blockNames);
+    for (const Scope *s = &scope; s; s = s->parent)
+      for (const ResolvedField &f : s->block->fields)
+        visible.push_back(f.name);
+    diags.error(expr.range, "unknown name '" + head + "'" + didYouMean(head, visible));
+    return std::nullopt;
+  }
+  for (size_t i = 1; i < expr.path.size(); ++i) {
+    if (!block) {
+      diags.error(expr.range, "'" + expr.path[i - 1] + "' is a field, it has no '" +
+                                  expr.path[i] + "'");
+      return std::nullopt;
+    }
+    llvm::StringRef part = expr.path[i];
+    const ResolvedBlock *parent = block;
+    field = parent->field(part);
+    block = field ? nullptr : parent->nestedBlock(part);
+    if (!field && !block) {
+      std::vector<llvm::StringRef> names;
+      for (const ResolvedField &f : parent->fields)
+        names.push_back(f.name);
+      diags.error(expr.range, "'" + expr.path[i - 1] + "' has no field '" + part + "'" +
+                                  didYouMean(part, names));
+      return std::nullopt;
+    }
+  }
+  if (!field) {
+    diags.error(expr.range, "'" + expr.path.back() + "' is a block, not a value");
+    return std::nullopt;
+  }
+  if (field->value.kind != Value::Number) {
+    diags.error(expr.range, "'" + expr.path.back() + "' is " + field->value.str() +
+                                ", not a number");
+    return std::nullopt;
+  }
+  return field->value;
+}
+
+std::optional<Value> Evaluator::evalBinary(const ast::Expr &expr, const Value &l,
+                                           const Value &r) {
+  char op = expr.op;
+  Dimension dim = l.dim;
+  if (op == '+' || op == '-') {
+    if (l.dim != r.dim) {
+      diags.error(expr.range, std::string("cannot ") + (op == '+' ? "add " : "subtract ") +
+                                  r.dim.describe() + (op == '+' ? " to " : " from ") +
+                                  l.dim.describe());
+      return std::nullopt;
+    }
+  } else {
+    dim = op == '*' ? l.dim * r.dim : l.dim / r.dim;
+  }
+  if (op == '/' && r.asDouble() == 0) {
+    diags.error(expr.operands[1]->range, "division by zero");
+    return std::nullopt;
+  }
+  if (l.isInt && r.isInt) {
+    std::optional<int64_t> result;
+    switch (op) {
+    case '+':
+      result = checkedAdd(l.i, r.i);
+      break;
+    case '-':
+      result = checkedSub(l.i, r.i);
+      break;
+    case '*':
+      result = checkedMul(l.i, r.i);
+      break;
+    default: {
+      IntDivision d = checkedDiv(l.i, r.i);
+      if (d.status == IntDivision::Inexact)
+        return Value::real(double(l.i) / double(r.i), dim);
+      if (d.status == IntDivision::Exact)
+        result = d.quotient;
+    }
+    }
+    if (!result) {
+      diags.error(expr.range, "integer overflow: the result does not fit 64 bits");
+      return std::nullopt;
+    }
+    return Value::integer(*result, dim);
+  }
+  double a = l.asDouble(), b = r.asDouble();
+  double v = op == '+' ? a + b : op == '-' ? a - b : op == '*' ? a * b : a / b;
+  if (!std::isfinite(v)) {
+    diags.error(expr.range, "the result of this expression is too large");
+    return std::nullopt;
+  }
+  return Value::real(v, dim);
+}
+
+std::optional<Value> Evaluator::evalNumeric(const ast::Expr &expr, const Scope &scope) {
+  switch (expr.kind) {
+  case ast::Expr::Number:
+    return evalLiteral(expr);
+  case ast::Expr::Ref:
+    return evalRef(expr, scope);
+  case ast::Expr::Unary: {
+    auto v = evalNumeric(*expr.operands[0], scope);
+    if (!v || expr.op == '+')
+      return v;
+    if (v->isInt) {
+      auto neg = checkedSub(0, v->i);
+      if (!neg) {
+        diags.error(expr.range, "integer overflow: the result does not fit 64 bits");
+        return std::nullopt;
+      }
+      return Value::integer(*neg, v->dim);
+    }
+    return Value::real(-v->r, v->dim);
+  }
+  case ast::Expr::Binary: {
+    auto l = evalNumeric(*expr.operands[0], scope);
+    auto r = evalNumeric(*expr.operands[1], scope);
+    if (!l || !r)
+      return std::nullopt;
+    return evalBinary(expr, *l, *r);
+  }
+  case ast::Expr::Call:
+    diags.error(expr.range, "'" + expr.path[0] + "(...)' is not a number");
+    return std::nullopt;
+  case ast::Expr::List:
+    diags.error(expr.range, "expected a number, got a list");
+    return std::nullopt;
+  case ast::Expr::String:
+    diags.error(expr.range, "expected a number, got a string");
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::optional<Value> Evaluator::typeNumber(const ast::Expr &expr, Value v, const FieldSpec &spec) {
+  std::string name = spec.name.str();
+  if (spec.type == FieldType::Quantity) {
+    if (v.dim != spec.dim) {
+      std::string hint = v.dim.isNone() ? " (write a unit, e.g. '" +
+                                              llvm::StringRef(spec.dim == Dimension::size()
+                                                                  ? "80 GiB"
+                                                              : spec.dim == Dimension::bandwidth()
+                                                                  ? "100 GB/s"
+                                                              : spec.dim == Dimension::time()
+                                                                  ? "5 us"
+                                                                  : "312 TFLOPS")
+                                                  .str() +
+                                              "')"
+                                        : "";
+      diags.error(expr.range, "expected " + spec.dim.describe() + ", got " + v.dim.describe() +
+                                  hint);
+      return std::nullopt;
+    }
+    bool isTime = spec.dim == Dimension::time();
+    if (v.asDouble() < 0 || (!isTime && v.asDouble() == 0)) {
+      diags.error(expr.range, "'" + name + "' must be " + (isTime ? "non-negative" : "positive") +
+                                  ", got " + showNumber(v));
+      return std::nullopt;
+    }
+    if (spec.dim == Dimension::size() && !v.isInt) {
+      if (v.r > 9.2e18) {
+        diags.error(expr.range, "'" + name + "' is too large");
+        return std::nullopt;
+      }
+      v = Value::integer(int64_t(std::llround(v.r)), v.dim);
+    }
+    return v;
+  }
+  if (!v.dim.isNone()) {
+    diags.error(expr.range, "expected a plain number, got " + v.dim.describe());
+    return std::nullopt;
+  }
+  if (spec.type == FieldType::Real) {
+    if (v.asDouble() < 0) {
+      diags.error(expr.range, "'" + name + "' must not be negative, got " + showNumber(v));
+      return std::nullopt;
+    }
+    return Value::real(v.asDouble());
+  }
+  // Count, Natural, CountOrAuto and list elements: integers.
+  if (!v.isInt) {
+    if (v.r != std::floor(v.r)) {
+      diags.error(expr.range, "expected an integer for '" + name + "', got " + showNumber(v));
+      return std::nullopt;
+    }
+    if (std::fabs(v.r) >= 9.2e18) {
+      diags.error(expr.range, "value " + showNumber(v) + " of '" + name +
+                                  "' does not fit a 64-bit integer");
+      return std::nullopt;
+    }
+    v = Value::integer(int64_t(v.r));
+  }
+  int64_t min = spec.type == FieldType::Natural ? 0 : 1;
+  if (v.i < min) {
+    diags.error(expr.range, "'" + name + "' must be " +
+                                (min ? "positive" : "non-negative") + ", got " + showNumber(v));
+    return std::nullopt;
+  }
+  if (spec.maxValue && v.i > spec.maxValue) {
+    diags.error(expr.range, "'" + name + "' must be between " + std::to_string(min) + " and " +
+                                std::to_string(spec.maxValue) + ", got " + showNumber(v));
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<Value> Evaluator::evalWord(const ast::Expr &expr, const FieldSpec &spec) {
+  std::vector<llvm::StringRef> words = spec.words;
+  if (spec.type == FieldType::Bool)
+    words = {"true", "false"};
+  auto name = bareName(expr);
+  if (!name) {
+    diags.error(expr.range, "expected " + joinWords(words) + " for '" + spec.name + "'");
+    return std::nullopt;
+  }
+  if (!llvm::is_contained(words, *name)) {
+    diags.error(expr.range, "unknown value '" + *name + "' for '" + spec.name + "'; expected " +
+                                joinWords(words) + didYouMean(*name, words));
+    return std::nullopt;
+  }
+  Value v;
+  v.kind = Value::Word;
+  v.word = *name;
+  return v;
+}
+
+std::optional<Value> Evaluator::evalOrder(const ast::Expr &expr) {
+  // `tp-dp-pp` parses as a subtraction; read its operands as axis names.
+  std::vector<const ast::Expr *> parts;
+  std::function<bool(const ast::Expr &)> flatten = [&](const ast::Expr &e) {
+    if (e.kind == ast::Expr::Binary && e.op == '-')
+      return flatten(*e.operands[0]) && flatten(*e.operands[1]);
+    parts.push_back(&e);
+    return bareName(e).has_value();
+  };
+  Value v;
+  v.kind = Value::Order;
+  bool ok = flatten(expr) && parts.size() == 3;
+  std::string seen;
+  for (size_t i = 0; ok && i < parts.size(); ++i) {
+    std::string axis = *bareName(*parts[i]);
+    if (axis == "tp")
+      v.order[i] = Axis::TP;
+    else if (axis == "dp")
+      v.order[i] = Axis::DP;
+    else if (axis == "pp")
+      v.order[i] = Axis::PP;
+    else {
+      diags.error(parts[i]->range, "unknown parallel axis '" + axis + "'; expected tp, dp or pp" +
+                                       didYouMean(axis, {"tp", "dp", "pp"}));
+      return std::nullopt;
+    }
+    if (seen.find(axis) != std::string::npos)
+      ok = false;
+    seen += axis;
+  }
+  if (!ok) {
+    diags.error(expr.range, "'order' must name tp, dp and pp once each, fastest-varying first "
+                            "(for example tp-dp-pp)");
+    return std::nullopt;
+  }
+  v.word = seen.substr(0, 2) + "-" + seen.substr(2, 2) + "-" + seen.substr(4, 2);
+  return v;
+}
+
+std::optional<Value> Evaluator::evalSchedule(const ast::Expr &expr, const Scope &scope) {
+  static const llvm::StringRef kSchedules[] = {"gpipe", "1f1b", "interleaved"};
+  llvm::StringRef name;
+  if (auto bare = bareName(expr))
+    name = expr.path[0];
+  else if (expr.kind == ast::Expr::Call)
+    name = expr.path[0];
+  else {
+    diags.error(expr.range, "expected a schedule: gpipe, 1f1b or interleaved(chunks = N)");
+    return std::nullopt;
+  }
+  if (!llvm::is_contained(kSchedules, name)) {
+    diags.error(expr.range, "unknown schedule '" + name +
+                                "'; expected gpipe, 1f1b or interleaved(chunks = N)" +
+                                didYouMean(name, kSchedules));
+    return std::nullopt;
+  }
+  Value v;
+  v.kind = Value::Schedule;
+  v.word = name.str();
+  bool interleaved = name == "interleaved";
+  if (!interleaved && expr.kind == ast::Expr::Call) {
+    diags.error(expr.range, "schedule '" + name + "' takes no arguments");
+    return std::nullopt;
+  }
+  if (!interleaved)
+    return v;
+  if (expr.kind != ast::Expr::Call || expr.args.size() != 1 || expr.args[0].name != "chunks") {
+    diags.error(expr.range, "'interleaved' needs its number of model chunks per pipeline "
+                            "stage: interleaved(chunks = 2)");
+    return std::nullopt;
+  }
+  FieldSpec chunks{"chunks", FieldType::Count, true, "", {}, {}};
+  auto n = evaluateField(*expr.args[0].value, chunks, scope);
+  if (!n)
+    return std::nullopt;
+  v.chunks = n->i;
+  return v;
+}
+
+std::optional<Value> Evaluator::evaluateField(const ast::Expr &expr, const FieldSpec &spec,
+                                              const Scope &scope) {
+  switch (spec.type) {
+  case FieldType::Enum:
+  case FieldType::Bool:
+    return evalWord(expr, spec);
+  case FieldType::Order:
+    return evalOrder(expr);
+  case FieldType::Schedule:
+    return evalSchedule(expr, scope);
+  case FieldType::CountOrAuto:
+    if (auto name = bareName(expr); name && *name == "auto") {
+      Value v;
+      v.kind = Value::Word;
+      v.word = "auto";
+      return v;
+    }
+    break;
+  case FieldType::CountList: {
+    if (expr.kind != ast::Expr::List) {
+      diags.error(expr.range, "expected a list of layer counts, e.g. [24, 24, 24, 24]");
+      return std::nullopt;
+    }
+    Value list;
+    list.kind = Value::List;
+    FieldSpec element{spec.name, FieldType::Count, true, "", {}, {}};
+    for (const auto &e : expr.operands) {
+      auto v = evalNumeric(*e, scope);
+      if (!v || !(v = typeNumber(*e, *v, element)))
+        return std::nullopt;
+      list.elems.push_back(*v);
+    }
+    if (list.elems.empty()) {
+      diags.error(expr.range, "'" + spec.name + "' must not be empty");
+      return std::nullopt;
+    }
+    return list;
+  }
+  default:
+    break;
+  }
+  auto v = evalNumeric(expr, scope);
+  if (!v)
+    return std::nullopt;
+  return typeNumber(expr, *v, spec);
+}
+
+std::optional<Value> Evaluator::defaultValue(const FieldSpec &spec, const Scope &scope) {
+  llvm::StringRef text = spec.defaultValue;
+  // A default may name another field of the block (`kv_heads` defaults to `heads`).
+  if (const ResolvedField *other = scope.block->field(text))
+    return other->value;
+  if (scope.failed.count(text))
+    return std::nullopt;
+  ast::Expr expr(ast::Expr::Number, {});
+  auto [number, unit] = text.split(' ');
+  if (!number.empty() && (llvm::isDigit(number[0]) || number[0] == '.') && number != "1f1b") {
+    expr.literal = number.str();
+    expr.unit = unit.str();
+  } else if (number.contains('-') && spec.type == FieldType::Order) {
+    llvm::SmallVector<llvm::StringRef, 3> axes;
+    text.split(axes, '-');
+    auto ref = [](llvm::StringRef n) {
+      auto e = std::make_unique<ast::Expr>(ast::Expr::Ref, llvm::SMRange());
+      e->path.push_back(n.str());
+      return e;
+    };
+    expr.kind = ast::Expr::Binary;
+    expr.op = '-';
+    auto inner = std::make_unique<ast::Expr>(ast::Expr::Binary, llvm::SMRange());
+    inner->op = '-';
+    inner->operands.push_back(ref(axes[0]));
+    inner->operands.push_back(ref(axes[1]));
+    expr.operands.push_back(std::move(inner));
+    expr.operands.push_back(ref(axes[2]));
+  } else {
+    expr.kind = ast::Expr::Ref;
+    expr.path.push_back(text.str());
+  }
+  return evaluateField(expr, spec, scope);
+}
+
+} // namespace parc::sema

@@ -1,0 +1,53 @@
+//===- Evaluator.h - Expressions to typed values --------------------------===//
+#ifndef PARC_SEMA_EVALUATOR_H
+#define PARC_SEMA_EVALUATOR_H
+
+#include "Schema.h"
+#include "parc/Sema/Sema.h"
+#include "llvm/ADT/StringSet.h"
+
+#include <deque>
+#include <functional>
+
+namespace parc::sema {
+
+/// Where a name in an expression is looked up: the fields of the block being evaluated (those
+/// written so far), then its enclosing block, then top-level blocks by name.
+struct Scope {
+  ResolvedBlock *block = nullptr;
+  const ast::Block *syntax = nullptr; // to tell "defined later" from "undefined"
+  const Scope *parent = nullptr;
+  llvm::StringSet<> failed; // fields whose value had an error: uses of them stay quiet
+};
+
+class Evaluator {
+public:
+  using BlockLookup = std::function<const ResolvedBlock *(llvm::StringRef)>;
+  Evaluator(DiagnosticEngine &diags, BlockLookup lookupBlock, std::vector<llvm::StringRef> blockNames)
+      : diags(diags), lookupBlock(std::move(lookupBlock)), blockNames(std::move(blockNames)) {}
+
+  /// Evaluates `expr` as the value of a field of type `spec`; reports and returns nullopt on
+  /// error. `fieldName` names the field in messages.
+  std::optional<Value> evaluateField(const ast::Expr &expr, const FieldSpec &spec,
+                                     const Scope &scope);
+  /// The value of a field that was not written.
+  std::optional<Value> defaultValue(const FieldSpec &spec, const Scope &scope);
+
+private:
+  std::optional<Value> evalNumeric(const ast::Expr &expr, const Scope &scope);
+  std::optional<Value> evalLiteral(const ast::Expr &expr);
+  std::optional<Value> evalRef(const ast::Expr &expr, const Scope &scope);
+  std::optional<Value> evalBinary(const ast::Expr &expr, const Value &l, const Value &r);
+  std::optional<Value> typeNumber(const ast::Expr &expr, Value v, const FieldSpec &spec);
+  std::optional<Value> evalWord(const ast::Expr &expr, const FieldSpec &spec);
+  std::optional<Value> evalOrder(const ast::Expr &expr);
+  std::optional<Value> evalSchedule(const ast::Expr &expr, const Scope &scope);
+
+  DiagnosticEngine &diags;
+  BlockLookup lookupBlock;
+  std::vector<llvm::StringRef> blockNames;
+};
+
+} // namespace parc::sema
+
+#endif

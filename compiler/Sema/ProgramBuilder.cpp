@@ -1,0 +1,186 @@
+//===- ProgramBuilder.cpp - Resolved blocks -> typed Program --------------===//
+#include "parc/Sema/Sema.h"
+
+#include "llvm/Support/Format.h"
+
+namespace parc {
+
+const char *toString(DType d) {
+  return d == DType::FP32 ? "fp32" : d == DType::BF16 ? "bf16" : "fp16";
+}
+const char *toString(Norm n) { return n == Norm::LayerNorm ? "layernorm" : "rmsnorm"; }
+const char *toString(MLPKind m) { return m == MLPKind::GELU ? "gelu" : "swiglu"; }
+const char *toString(Position p) { return p == Position::Learned ? "learned" : "rope"; }
+const char *toString(ScheduleKind s) {
+  return s == ScheduleKind::GPipe ? "gpipe" : s == ScheduleKind::OneFOneB ? "1f1b" : "interleaved";
+}
+const char *toString(Recompute r) {
+  return r == Recompute::None ? "none" : r == Recompute::Selective ? "selective" : "full";
+}
+const char *toString(Optimizer o) { return o == Optimizer::Adam ? "adam" : "sgd"; }
+const char *toString(Axis a) { return a == Axis::TP ? "tp" : a == Axis::DP ? "dp" : "pp"; }
+int64_t bytesPerElement(DType d) { return d == DType::FP32 ? 4 : 2; }
+
+int64_t ModelSpec::numBlocks() const {
+  int64_t n = 0;
+  for (const LayerGroup &g : layers)
+    if (g.kind == LayerGroup::Transformer)
+      n += g.count;
+  return n;
+}
+
+bool ModelSpec::tiedHead() const { return !layers.empty() && !layers.back().tiedTo.empty(); }
+
+const LayerGroup &ModelSpec::blockGroup(int64_t i) const {
+  for (const LayerGroup &g : layers) {
+    if (g.kind != LayerGroup::Transformer)
+      continue;
+    if (i < g.count)
+      return g;
+    i -= g.count;
+  }
+  return layers.back();
+}
+
+std::string Value::str() const {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  switch (kind) {
+  case Number:
+    if (isInt)
+      os << i;
+    else
+      os << llvm::format("%.15g", r);
+    if (!dim.isNone())
+      os << " " << dim.baseUnit();
+    break;
+  case Word:
+  case Order:
+    os << word;
+    break;
+  case Schedule:
+    os << word;
+    if (word == "interleaved")
+      os << "(chunks = " << chunks << ")";
+    break;
+  case List:
+    os << "[";
+    for (size_t k = 0; k < elems.size(); ++k)
+      os << (k ? ", " : "") << elems[k].str();
+    os << "]";
+    break;
+  }
+  return os.str();
+}
+
+namespace {
+
+struct FieldReader {
+  const ResolvedBlock &block;
+  int64_t integer(llvm::StringRef name) const {
+    const ResolvedField *f = block.field(name);
+    return f && f->value.kind == Value::Number ? f->value.i : 0;
+  }
+  double real(llvm::StringRef name) const {
+    const ResolvedField *f = block.field(name);
+    return f && f->value.kind == Value::Number ? f->value.asDouble() : 0;
+  }
+  std::string word(llvm::StringRef name) const {
+    const ResolvedField *f = block.field(name);
+    return f ? f->value.word : "";
+  }
+  DType dtype(llvm::StringRef name) const {
+    std::string w = word(name);
+    return w == "fp32" ? DType::FP32 : w == "fp16" ? DType::FP16 : DType::BF16;
+  }
+  LinkSpec link(llvm::StringRef name) const {
+    const ResolvedBlock *b = block.nestedBlock(name);
+    if (!b)
+      return {};
+    FieldReader r{*b};
+    return {r.real("bandwidth"), r.real("latency")};
+  }
+};
+
+} // namespace
+
+void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBlock,
+                 const ResolvedBlock &parallelBlock, const ResolvedBlock *trainBlock,
+                 Program &program) {
+  FieldReader m{modelBlock};
+  ModelSpec &model = program.model;
+  model.name = modelBlock.name;
+  model.nameRange = modelBlock.headerRange;
+  model.dtype = m.dtype("dtype");
+  model.vocab = m.integer("vocab");
+  model.seq = m.integer("seq");
+  model.hidden = m.integer("hidden");
+  model.heads = m.integer("heads");
+  model.kvHeads = m.integer("kv_heads");
+  model.ffn = m.integer("ffn");
+  model.norm = m.word("norm") == "rmsnorm" ? Norm::RMSNorm : Norm::LayerNorm;
+  model.mlp = m.word("mlp") == "swiglu" ? MLPKind::SwiGLU : MLPKind::GELU;
+  model.position = m.word("position") == "rope" ? Position::RoPE : Position::Learned;
+  model.layers = modelBlock.layers;
+
+  FieldReader c{clusterBlock};
+  ClusterSpec &cluster = program.cluster;
+  cluster.name = clusterBlock.name;
+  cluster.nameRange = clusterBlock.headerRange;
+  cluster.nodes = c.integer("nodes");
+  cluster.gpusPerNode = c.integer("gpus_per_node");
+  if (const ResolvedBlock *gpu = clusterBlock.nestedBlock("gpu")) {
+    FieldReader g{*gpu};
+    cluster.gpuMemory = g.integer("memory");
+    cluster.gpuFlops = g.real("flops");
+    cluster.gpuReserve = g.integer("reserve");
+  }
+  cluster.intraNode = c.link("intra_node");
+  cluster.hasInterNode = clusterBlock.nestedBlock("inter_node") != nullptr;
+  cluster.interNode = cluster.hasInterNode ? c.link("inter_node") : cluster.intraNode;
+
+  FieldReader p{parallelBlock};
+  ParallelSpec &par = program.parallel;
+  par.tp = p.integer("tp");
+  par.pp = p.integer("pp");
+  par.dpAuto = p.word("dp") == "auto";
+  par.dp = par.dpAuto ? 0 : p.integer("dp");
+  if (const ResolvedField *order = parallelBlock.field("order"))
+    par.order = order->value.order;
+  par.microBatch = p.integer("micro_batch");
+  par.globalBatch = p.integer("global_batch");
+  if (const ResolvedField *s = parallelBlock.field("schedule")) {
+    par.schedule = s->value.word == "gpipe"  ? ScheduleKind::GPipe
+                   : s->value.word == "1f1b" ? ScheduleKind::OneFOneB
+                                             : ScheduleKind::Interleaved;
+    par.chunks = s->value.chunks;
+  }
+  par.zero = int(p.integer("zero"));
+  std::string rc = p.word("recompute");
+  par.recompute = rc == "full" ? Recompute::Full : rc == "selective" ? Recompute::Selective
+                                                                       : Recompute::None;
+  par.sequenceParallel = p.word("sequence_parallel") == "true";
+  if (const ResolvedField *sl = parallelBlock.field("stage_layers"))
+    for (const Value &e : sl->value.elems)
+      par.stageLayers.push_back(e.i);
+
+  if (!trainBlock)
+    return;
+  FieldReader t{*trainBlock};
+  TrainSpec &train = program.train;
+  train.declared = trainBlock->declared;
+  train.optimizer = t.word("optimizer") == "sgd" ? Optimizer::SGD : Optimizer::Adam;
+  train.lr = t.real("lr");
+  train.steps = t.integer("steps");
+  train.seed = t.integer("seed");
+  train.weightDecay = t.real("weight_decay");
+  train.gradClip = t.real("grad_clip");
+  train.beta1 = t.real("beta1");
+  train.beta2 = t.real("beta2");
+  train.eps = t.real("eps");
+  train.momentum = t.real("momentum");
+  train.warmupSteps = t.integer("warmup_steps");
+  train.gradDtype = t.dtype("grad_dtype");
+}
+
+} // namespace parc

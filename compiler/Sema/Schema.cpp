@@ -1,0 +1,151 @@
+#include "Schema.h"
+
+namespace parc::sema {
+
+const FieldSpec *BlockSchema::field(llvm::StringRef name) const {
+  for (const FieldSpec &f : fields)
+    if (f.name == name)
+      return &f;
+  return nullptr;
+}
+
+const BlockSchema *BlockSchema::nestedSchema(llvm::StringRef name) const {
+  for (const BlockSchema *b : nested)
+    if (b->kind == name)
+      return b;
+  return nullptr;
+}
+
+std::vector<llvm::StringRef> BlockSchema::fieldNames() const {
+  std::vector<llvm::StringRef> out;
+  for (const FieldSpec &f : fields)
+    out.push_back(f.name);
+  return out;
+}
+
+std::vector<llvm::StringRef> BlockSchema::nestedNames() const {
+  std::vector<llvm::StringRef> out;
+  for (const BlockSchema *b : nested)
+    out.push_back(b->kind);
+  return out;
+}
+
+namespace {
+using FT = FieldType;
+const std::vector<llvm::StringRef> kDTypes = {"fp32", "bf16", "fp16"};
+
+FieldSpec count(llvm::StringRef name, bool required, llvm::StringRef def = "") {
+  return {name, FT::Count, required, def, {}, {}};
+}
+FieldSpec quantity(llvm::StringRef name, Dimension dim, bool required,
+                   llvm::StringRef def = "") {
+  return {name, FT::Quantity, required, def, dim, {}};
+}
+FieldSpec enumeration(llvm::StringRef name, std::vector<llvm::StringRef> words,
+                      llvm::StringRef def) {
+  return {name, FT::Enum, def.empty(), def, {}, std::move(words)};
+}
+FieldSpec real(llvm::StringRef name, llvm::StringRef def) {
+  return {name, FT::Real, false, def, {}, {}};
+}
+} // namespace
+
+const BlockSchema &schemaFor(ast::Block::Kind kind) {
+  static const BlockSchema model{
+      "model",
+      {
+          enumeration("dtype", kDTypes, ""),
+          count("vocab", true),
+          count("seq", true),
+          count("hidden", true),
+          count("heads", true),
+          count("kv_heads", false, "heads"),
+          count("ffn", true),
+          enumeration("norm", {"layernorm", "rmsnorm"}, "layernorm"),
+          enumeration("mlp", {"gelu", "swiglu"}, "gelu"),
+          enumeration("position", {"learned", "rope"}, "learned"),
+      },
+      {}};
+  static const BlockSchema gpu{"gpu",
+                               {
+                                   quantity("memory", Dimension::size(), true),
+                                   quantity("flops", Dimension::flopRate(), true),
+                                   quantity("reserve", Dimension::size(), false, "1 GiB"),
+                               },
+                               {}};
+  static const BlockSchema intraNode{"intra_node",
+                                     {
+                                         quantity("bandwidth", Dimension::bandwidth(), true),
+                                         quantity("latency", Dimension::time(), true),
+                                     },
+                                     {}};
+  static const BlockSchema interNode{"inter_node", intraNode.fields, {}};
+  static const BlockSchema cluster{"cluster",
+                                   {count("nodes", true), count("gpus_per_node", true)},
+                                   {&gpu, &intraNode, &interNode}};
+  static const BlockSchema parallel{
+      "parallel",
+      {
+          count("tp", false, "1"),
+          count("pp", false, "1"),
+          {"dp", FT::CountOrAuto, false, "auto", {}, {}},
+          {"order", FT::Order, false, "tp-dp-pp", {}, {}},
+          count("micro_batch", false, "1"),
+          count("global_batch", true),
+          {"schedule", FT::Schedule, false, "1f1b", {}, {}},
+          {"zero", FT::Natural, false, "0", {}, {}, 3},
+          enumeration("recompute", {"none", "selective", "full"}, "none"),
+          {"sequence_parallel", FT::Bool, false, "false", {}, {}},
+          {"stage_layers", FT::CountList, false, "", {}, {}},
+      },
+      {}};
+  static const BlockSchema train{
+      "train",
+      {
+          enumeration("optimizer", {"adam", "sgd"}, "adam"),
+          real("lr", "3e-4"),
+          count("steps", false, "10"),
+          {"seed", FT::Natural, false, "1234", {}, {}},
+          real("weight_decay", "0"),
+          real("grad_clip", "1.0"),
+          real("beta1", "0.9"),
+          real("beta2", "0.95"),
+          real("eps", "1e-8"),
+          real("momentum", "0"),
+          {"warmup_steps", FT::Natural, false, "0", {}, {}},
+          enumeration("grad_dtype", kDTypes, "fp32"),
+      },
+      {}};
+  switch (kind) {
+  case ast::Block::Model:
+    return model;
+  case ast::Block::Cluster:
+    return cluster;
+  case ast::Block::Parallel:
+    return parallel;
+  case ast::Block::Train:
+  case ast::Block::Nested:
+    break;
+  }
+  return train;
+}
+
+const BlockSchema &layerOverrideSchema() {
+  static const BlockSchema overrides{
+      "transformer",
+      {
+          count("heads", false),
+          count("kv_heads", false),
+          count("ffn", false),
+          enumeration("mlp", {"gelu", "swiglu"}, "gelu"),
+      },
+      {}};
+  return overrides;
+}
+
+llvm::ArrayRef<llvm::StringRef> layerKinds() {
+  static const llvm::StringRef kinds[] = {"embedding", "transformer", "lm_head"};
+  return kinds;
+}
+
+} // namespace parc::sema

@@ -1,0 +1,441 @@
+//===- Sema.cpp - Blocks, fields and layers into a Program ----------------===//
+#include "Evaluator.h"
+#include "parc/Support/NameSuggest.h"
+
+#include "llvm/ADT/StringMap.h"
+
+namespace parc {
+using namespace sema;
+
+// Defined in ProgramBuilder.cpp: the typed Program from the resolved blocks.
+void fillProgram(const ResolvedBlock &model, const ResolvedBlock &cluster,
+                 const ResolvedBlock &parallel, const ResolvedBlock *train, Program &program);
+
+const ResolvedField *ResolvedBlock::field(llvm::StringRef name) const {
+  for (const ResolvedField &f : fields)
+    if (f.name == name)
+      return &f;
+  return nullptr;
+}
+
+const ResolvedBlock *ResolvedBlock::nestedBlock(llvm::StringRef name) const {
+  for (const ResolvedBlock &b : nested)
+    if (b.name == name)
+      return &b;
+  return nullptr;
+}
+
+namespace {
+
+std::string quotedList(llvm::ArrayRef<std::string> names) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + ("'" + names[i] + "'");
+  return out;
+}
+
+class Analyzer {
+public:
+  Analyzer(DiagnosticEngine &diags, std::vector<llvm::StringRef> blockNames)
+      : diags(diags),
+        eval(diags, [this](llvm::StringRef n) { return lookupBlock(n); }, std::move(blockNames)) {}
+
+  std::optional<Program> run(const ast::Module &module, ResolvedModule *out);
+
+private:
+  const ResolvedBlock *lookupBlock(llvm::StringRef name) const {
+    for (const ResolvedBlock &b : resolved)
+      if (b.name == name && (b.kind == ast::Block::Model || b.kind == ast::Block::Cluster))
+        return &b;
+    return nullptr;
+  }
+  bool resolveBlock(const ast::Block &syntax, const BlockSchema &schema, ResolvedBlock &out,
+                    const Scope *parent);
+  void resolveLayers(const ast::Block &syntax, const Scope &scope, ResolvedBlock &model);
+  std::optional<LayerGroup> resolveLayer(const ast::LayerDecl &decl, const Scope &scope,
+                                         const ResolvedBlock &model);
+  void checkLayerStructure(const ast::Block &syntax, const ResolvedBlock &model);
+  void recordRanges(const ResolvedBlock &block, const std::string &prefix, Program &program);
+
+  DiagnosticEngine &diags;
+  Evaluator eval;
+  std::deque<ResolvedBlock> resolved;
+};
+
+bool Analyzer::resolveBlock(const ast::Block &syntax, const BlockSchema &schema,
+                            ResolvedBlock &out, const Scope *parent) {
+  out.kind = syntax.kind;
+  out.name = syntax.name;
+  out.headerRange = syntax.headerRange;
+  Scope scope;
+  scope.block = &out;
+  scope.syntax = &syntax;
+  scope.parent = parent;
+  llvm::StringMap<llvm::SMRange> seen;
+  bool ok = true;
+  for (const ast::Statement &st : syntax.statements) {
+    if (auto *f = std::get_if<ast::Field>(&st)) {
+      auto [it, fresh] = seen.try_emplace(f->name, f->nameRange);
+      if (!fresh) {
+        diags.error(f->nameRange, "duplicate field '" + f->name + "'");
+        diags.note(it->second, "previous definition is here");
+        ok = false;
+        continue;
+      }
+      const FieldSpec *spec = schema.field(f->name);
+      if (!spec) {
+        if (schema.nestedSchema(f->name))
+          diags.error(f->nameRange, "'" + f->name + "' is a block: write '" + f->name +
+                                        " { ... }'");
+        else
+          diags.error(f->nameRange, "unknown field '" + f->name + "' in " + schema.kind.str() +
+                                        didYouMean(f->name, schema.fieldNames()));
+        scope.failed.insert(f->name);
+        ok = false;
+        continue;
+      }
+      if (auto v = eval.evaluateField(*f->value, *spec, scope))
+        out.fields.push_back({f->name, *v, f->range, false});
+      else {
+        scope.failed.insert(f->name);
+        ok = false;
+      }
+    } else if (auto *nested = std::get_if<std::unique_ptr<ast::Block>>(&st)) {
+      const ast::Block &inner = **nested;
+      auto [it, fresh] = seen.try_emplace(inner.name, inner.nameRange);
+      if (!fresh) {
+        diags.error(inner.nameRange, "duplicate block '" + inner.name + "'");
+        diags.note(it->second, "previous definition is here");
+        ok = false;
+        continue;
+      }
+      const BlockSchema *innerSchema = schema.nestedSchema(inner.name);
+      if (!innerSchema) {
+        std::string where = schema.kind.str();
+        diags.error(inner.nameRange,
+                    "unknown block '" + inner.name + "' in " + where +
+                        (schema.nested.empty() ? " (" + where + " has no nested blocks)"
+                                               : didYouMean(inner.name, schema.nestedNames())));
+        ok = false;
+        continue;
+      }
+      ResolvedBlock child;
+      ok &= resolveBlock(inner, *innerSchema, child, &scope);
+      out.nested.push_back(std::move(child));
+    } else if (syntax.kind != ast::Block::Model) {
+      diags.error(std::get<ast::LayerDecl>(st).range,
+                  "'layer' declarations belong in a model block");
+      ok = false;
+    }
+  }
+
+  std::vector<std::string> missing;
+  for (const FieldSpec &spec : schema.fields) {
+    if (seen.count(spec.name))
+      continue;
+    if (spec.required) {
+      missing.push_back(spec.name.str());
+      continue;
+    }
+    if (spec.defaultValue.empty())
+      continue;
+    if (auto v = eval.defaultValue(spec, scope))
+      out.fields.push_back({spec.name.str(), *v, {}, true});
+  }
+  for (const BlockSchema *inner : schema.nested) {
+    if (seen.count(inner->kind))
+      continue;
+    // A single-node cluster never uses its inter-node link.
+    const ResolvedField *nodes = out.field("nodes");
+    if (inner->kind == "inter_node" && (!nodes || nodes->value.i == 1))
+      continue;
+    if (scope.failed.count("nodes") && inner->kind == "inter_node")
+      continue;
+    missing.push_back(inner->kind.str() + " { ... }");
+  }
+  if (!missing.empty()) {
+    std::string what = syntax.kind == ast::Block::Nested ? "block '" + syntax.name + "'"
+                       : syntax.name.empty()
+                           ? std::string(ast::blockKindName(syntax.kind)) + " block"
+                           : std::string(ast::blockKindName(syntax.kind)) + " '" +
+                                 syntax.name + "'";
+    diags.error(syntax.headerRange, what + " is missing required " +
+                                        (missing.size() == 1 ? "field " : "fields ") +
+                                        quotedList(missing));
+    ok = false;
+  }
+  // Fields in schema order, so that printing and later lookups do not depend on the source.
+  std::vector<ResolvedField> ordered;
+  for (const FieldSpec &spec : schema.fields)
+    if (const ResolvedField *f = out.field(spec.name))
+      ordered.push_back(*f);
+  out.fields = std::move(ordered);
+
+  if (syntax.kind == ast::Block::Model)
+    resolveLayers(syntax, scope, out);
+  return ok;
+}
+
+std::optional<LayerGroup> Analyzer::resolveLayer(const ast::LayerDecl &decl, const Scope &scope,
+                                                 const ResolvedBlock &model) {
+  LayerGroup g;
+  g.name = decl.name;
+  g.range = decl.range;
+  if (decl.kind == "embedding")
+    g.kind = LayerGroup::Embedding;
+  else if (decl.kind == "transformer")
+    g.kind = LayerGroup::Transformer;
+  else if (decl.kind == "lm_head")
+    g.kind = LayerGroup::LMHead;
+  else {
+    diags.error(decl.kindRange, "unknown layer kind '" + decl.kind +
+                                    "'; expected embedding, transformer or lm_head" +
+                                    didYouMean(decl.kind, layerKinds()));
+    return std::nullopt;
+  }
+  bool ok = true;
+  if (!decl.overrides.empty() && g.kind != LayerGroup::Transformer) {
+    diags.error(decl.overrides.front().range, "only transformer layers take overrides");
+    ok = false;
+  }
+  if (decl.repeat && g.kind != LayerGroup::Transformer) {
+    diags.error(decl.repeat->range, "only transformer layers repeat ('x COUNT')");
+    ok = false;
+  }
+  if (!decl.tiedTo.empty() && g.kind != LayerGroup::LMHead) {
+    diags.error(decl.tiedRange, "only an lm_head can be tied to an embedding");
+    ok = false;
+  }
+  auto intField = [&](llvm::StringRef name) {
+    const ResolvedField *f = model.field(name);
+    return f && f->value.kind == Value::Number ? f->value.i : 0;
+  };
+  g.heads = intField("heads");
+  g.kvHeads = intField("kv_heads");
+  g.ffn = intField("ffn");
+  const ResolvedField *mlp = model.field("mlp");
+  g.mlp = mlp && mlp->value.word == "swiglu" ? MLPKind::SwiGLU : MLPKind::GELU;
+  bool kvWritten = false;
+  llvm::StringMap<llvm::SMRange> seen;
+  for (const ast::Field &o : decl.overrides) {
+    const FieldSpec *spec = layerOverrideSchema().field(o.name);
+    if (!spec) {
+      diags.error(o.nameRange, "'" + o.name + "' cannot be overridden per layer; a transformer "
+                               "layer may override heads, kv_heads, ffn or mlp" +
+                                   didYouMean(o.name, layerOverrideSchema().fieldNames()));
+      ok = false;
+      continue;
+    }
+    if (auto [it, fresh] = seen.try_emplace(o.name, o.nameRange); !fresh) {
+      diags.error(o.nameRange, "duplicate override '" + o.name + "'");
+      diags.note(it->second, "previous definition is here");
+      ok = false;
+      continue;
+    }
+    auto v = eval.evaluateField(*o.value, *spec, scope);
+    if (!v) {
+      ok = false;
+      continue;
+    }
+    if (o.name == "heads")
+      g.heads = v->i;
+    else if (o.name == "kv_heads")
+      g.kvHeads = v->i, kvWritten = true;
+    else if (o.name == "ffn")
+      g.ffn = v->i;
+    else
+      g.mlp = v->word == "swiglu" ? MLPKind::SwiGLU : MLPKind::GELU;
+  }
+  // Overriding heads without kv_heads keeps plain multi-head attention when the model has it.
+  const ResolvedField *kv = model.field("kv_heads");
+  if (!kvWritten && seen.count("heads") && kv && kv->defaulted)
+    g.kvHeads = g.heads;
+  if (decl.repeat) {
+    FieldSpec count{"layer count", FieldType::Count, true, "", {}, {}};
+    if (auto v = eval.evaluateField(*decl.repeat, count, scope))
+      g.count = v->i;
+    else
+      ok = false;
+  }
+  g.tiedTo = decl.tiedTo;
+  if (!ok)
+    return std::nullopt;
+  return g;
+}
+
+void Analyzer::resolveLayers(const ast::Block &syntax, const Scope &scope, ResolvedBlock &model) {
+  llvm::StringMap<llvm::SMRange> names;
+  bool ok = true;
+  for (const ast::Statement &st : syntax.statements) {
+    auto *decl = std::get_if<ast::LayerDecl>(&st);
+    if (!decl)
+      continue;
+    if (auto [it, fresh] = names.try_emplace(decl->name, decl->nameRange); !fresh) {
+      diags.error(decl->nameRange, "duplicate layer '" + decl->name + "'");
+      diags.note(it->second, "previous definition is here");
+      ok = false;
+      continue;
+    }
+    if (auto g = resolveLayer(*decl, scope, model))
+      model.layers.push_back(std::move(*g));
+    else
+      ok = false;
+  }
+  if (ok)
+    checkLayerStructure(syntax, model);
+}
+
+void Analyzer::checkLayerStructure(const ast::Block &syntax, const ResolvedBlock &model) {
+  const auto &layers = model.layers;
+  if (layers.empty()) {
+    diags.error(syntax.headerRange, "model '" + syntax.name + "' declares no layers; it needs "
+                                    "an embedding, transformer layers and an lm_head");
+    return;
+  }
+  auto count = [&](LayerGroup::Kind k) {
+    return llvm::count_if(layers, [k](const LayerGroup &g) { return g.kind == k; });
+  };
+  if (count(LayerGroup::Embedding) != 1 || layers.front().kind != LayerGroup::Embedding) {
+    diags.error(layers.front().range, "the first layer of a model must be its one embedding");
+    return;
+  }
+  if (count(LayerGroup::LMHead) != 1 || layers.back().kind != LayerGroup::LMHead) {
+    diags.error(layers.back().range, "the last layer of a model must be its one lm_head");
+    return;
+  }
+  if (count(LayerGroup::Transformer) == 0) {
+    diags.error(syntax.headerRange, "model '" + syntax.name + "' has no transformer layers");
+    return;
+  }
+  const LayerGroup &head = layers.back();
+  if (!head.tiedTo.empty() && head.tiedTo != layers.front().name) {
+    std::vector<llvm::StringRef> names;
+    for (const LayerGroup &g : layers)
+      names.push_back(g.name);
+    diags.error(head.range, "'tied(" + head.tiedTo + ")' must name the embedding layer '" +
+                                layers.front().name + "'" + didYouMean(head.tiedTo, {names}));
+    diags.note(layers.front().range, "the embedding is declared here");
+  }
+}
+
+void Analyzer::recordRanges(const ResolvedBlock &block, const std::string &prefix,
+                            Program &program) {
+  for (const ResolvedField &f : block.fields)
+    if (!f.defaulted)
+      program.fieldRanges[prefix + f.name] = f.range;
+  for (const ResolvedBlock &inner : block.nested)
+    recordRanges(inner, prefix + inner.name + ".", program);
+}
+
+std::optional<Program> Analyzer::run(const ast::Module &module, ResolvedModule *out) {
+  const ast::Block *parallel = nullptr, *train = nullptr;
+  llvm::StringMap<llvm::SMRange> declared[2]; // models, clusters
+  bool ok = true;
+  for (const auto &block : module.blocks) {
+    const ast::Block &b = *block;
+    if (b.kind == ast::Block::Model || b.kind == ast::Block::Cluster) {
+      auto &table = declared[b.kind == ast::Block::Cluster];
+      auto [it, fresh] = table.try_emplace(b.name, b.nameRange);
+      if (!fresh) {
+        diags.error(b.nameRange, std::string("duplicate ") + ast::blockKindName(b.kind) + " '" +
+                                     b.name + "'");
+        diags.note(it->second, "previous definition is here");
+        ok = false;
+        continue;
+      }
+    } else {
+      const ast::Block *&slot = b.kind == ast::Block::Parallel ? parallel : train;
+      if (slot) {
+        diags.error(b.headerRange, std::string("only one '") +
+                                       (b.kind == ast::Block::Parallel ? "parallel for" : "train") +
+                                       "' block is allowed per file");
+        diags.note(slot->headerRange, "the first one is here");
+        ok = false;
+        continue;
+      }
+      slot = &b;
+    }
+    resolved.emplace_back();
+    ok &= resolveBlock(b, schemaFor(b.kind), resolved.back(), nullptr);
+    resolved.back().modelRef = b.modelRef;
+    resolved.back().clusterRef = b.clusterRef;
+    if (diags.reachedErrorLimit())
+      return std::nullopt;
+  }
+
+  if (!train) {
+    // No train block: its defaults still apply, and --emit=ast shows them.
+    ast::Block empty;
+    empty.kind = ast::Block::Train;
+    resolved.emplace_back();
+    resolveBlock(empty, schemaFor(ast::Block::Train), resolved.back(), nullptr);
+    resolved.back().declared = false;
+  }
+  if (out)
+    out->blocks.assign(resolved.begin(), resolved.end());
+
+  if (module.blocks.empty() && !diags.hasErrors()) {
+    diags.error(module.endLoc, "this file declares nothing: expected a 'model', a 'cluster' and "
+                               "a 'parallel for MODEL on CLUSTER' block");
+    return std::nullopt;
+  }
+  if (!parallel) {
+    if (!diags.hasErrors())
+      diags.error(module.endLoc, "no 'parallel for MODEL on CLUSTER' block: nothing to plan");
+    return std::nullopt;
+  }
+  auto findRef = [&](llvm::StringRef ref, llvm::SMRange where, ast::Block::Kind kind,
+                     ast::Block::Kind other) -> const ResolvedBlock * {
+    for (const ResolvedBlock &b : resolved)
+      if (b.kind == kind && b.name == ref)
+        return &b;
+    const char *what = ast::blockKindName(kind);
+    if (declared[other == ast::Block::Cluster].count(ref))
+      diags.error(where, "'" + ref + "' is a " + ast::blockKindName(other) + ", not a " + what);
+    else if (!declared[kind == ast::Block::Cluster].count(ref)) {
+      std::vector<llvm::StringRef> candidates;
+      for (const auto &entry : declared[kind == ast::Block::Cluster])
+        candidates.push_back(entry.getKey());
+      diags.error(where, std::string("unknown ") + what + " '" + ref + "'" +
+                             didYouMean(ref, candidates));
+    }
+    return nullptr;
+  };
+  const ResolvedBlock *model =
+      findRef(parallel->modelRef, parallel->modelRefRange, ast::Block::Model, ast::Block::Cluster);
+  const ResolvedBlock *cluster = findRef(parallel->clusterRef, parallel->clusterRefRange,
+                                         ast::Block::Cluster, ast::Block::Model);
+  if (!ok || !model || !cluster || diags.hasErrors())
+    return std::nullopt;
+
+  const ResolvedBlock *par = nullptr, *tr = nullptr;
+  for (const ResolvedBlock &b : resolved) {
+    if (b.kind == ast::Block::Parallel)
+      par = &b;
+    if (b.kind == ast::Block::Train)
+      tr = &b;
+  }
+  Program program;
+  fillProgram(*model, *cluster, *par, tr, program);
+  program.parallel.headerRange = parallel->headerRange;
+  recordRanges(*model, "model.", program);
+  recordRanges(*cluster, "cluster.", program);
+  recordRanges(*par, "parallel.", program);
+  if (tr)
+    recordRanges(*tr, "train.", program);
+  return program;
+}
+
+} // namespace
+
+std::optional<Program> analyze(const ast::Module &module, DiagnosticEngine &diags,
+                               ResolvedModule *resolved) {
+  std::vector<llvm::StringRef> names;
+  for (const auto &b : module.blocks)
+    if (!b->name.empty())
+      names.push_back(b->name);
+  Analyzer analyzer(diags, std::move(names));
+  return analyzer.run(module, resolved);
+}
+
+} // namespace parc

@@ -1,0 +1,17 @@
+# lit configuration for parc: every .par file under test/lit is a test; its RUN lines pipe
+# parc into FileCheck.
+import os
+import lit.formats
+
+config.name = "parc"
+config.test_format = lit.formats.ShTest(execute_external=False)
+config.suffixes = [".par", ".test"]
+config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.parc_obj_root, "test", "lit")
+
+# Tools under test first, then FileCheck and `not` from LLVM.
+config.environment["PATH"] = os.pathsep.join(
+    [config.parc_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
+config.substitutions.append(("%examples", os.path.join(config.parc_src_root, "examples")))
+config.substitutions.append(("%spec", os.path.join(config.parc_src_root, "..", "shared", "spec", "examples")))
