@@ -1,0 +1,82 @@
+//===- Mapping.h - The parallel mapping with everything derived -----------===//
+//
+// The output of the feasibility checks (compiler/Check): the rank layout and its process
+// groups, the blocks of each pipeline stage, the number of microbatches and the padded vocab.
+// Only built when every divisibility rule holds, so later stages (cost model, lowering) can
+// rely on it without re-checking.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_CHECK_MAPPING_H
+#define PARC_CHECK_MAPPING_H
+
+#include "parc/Sema/Program.h"
+#include "parc/Support/Diagnostics.h"
+
+#include <optional>
+#include <vector>
+
+namespace parc {
+
+struct Coords {
+  int64_t tp = 0, pp = 0, dp = 0;
+};
+
+/// Megatron's rank layout: `order` lists the axes fastest-varying first, so with tp-dp-pp
+/// rank = tp_rank + tp * dp_rank + tp * dp * pp_rank.
+class RankLayout {
+public:
+  RankLayout() = default;
+  RankLayout(int64_t tp, int64_t pp, int64_t dp, std::array<Axis, 3> order,
+             int64_t gpusPerNode);
+
+  int64_t world() const { return tp * pp * dp; }
+  int64_t rankOf(Coords c) const;
+  Coords coordsOf(int64_t rank) const;
+  int64_t nodeOf(int64_t rank) const { return rank / gpusPerNode; }
+  int64_t localRankOf(int64_t rank) const { return rank % gpusPerNode; }
+
+  /// This rank's groups, each ordered by the coordinate that varies within it (pp by stage).
+  std::vector<int64_t> tpGroup(int64_t rank) const;
+  std::vector<int64_t> dpGroup(int64_t rank) const;
+  std::vector<int64_t> ppGroup(int64_t rank) const;
+  /// tp x pp: every rank holding a part of one model replica, in rank order.
+  std::vector<int64_t> modelGroup(int64_t rank) const;
+  /// First and last stage of the pp group when the head is tied and pp > 1; else empty.
+  std::vector<int64_t> embeddingGroup(int64_t rank, bool tiedHead) const;
+  /// True when the ranks of `group` sit on more than one node.
+  bool crossesNodes(const std::vector<int64_t> &group) const;
+
+  int64_t tp = 1, pp = 1, dp = 1, gpusPerNode = 1;
+  std::array<Axis, 3> order = {Axis::TP, Axis::DP, Axis::PP};
+};
+
+/// Which transformer blocks each virtual pipeline stage holds. With `chunks` model chunks per
+/// pipeline rank, chunk c of stage s is virtual stage c * pp + s (Megatron's interleaving).
+struct StagePartition {
+  int64_t pp = 1, chunks = 1;
+  /// [first, last) block of virtual stage v, indexed v = chunk * pp + stage.
+  std::vector<std::pair<int64_t, int64_t>> blocks;
+
+  std::pair<int64_t, int64_t> range(int64_t stage, int64_t chunk) const {
+    return blocks[chunk * pp + stage];
+  }
+  int64_t blocksOnStage(int64_t stage) const;
+};
+
+struct Mapping {
+  int64_t tp = 1, pp = 1, dp = 1, chunks = 1;
+  int64_t microBatch = 1, globalBatch = 1;
+  int64_t microbatches = 1; // M = global_batch / (micro_batch * dp)
+  int64_t paddedVocab = 0;  // vocab rounded up to a multiple of 128 * tp (Megatron)
+  RankLayout layout;
+  StagePartition partition;
+};
+
+/// Applies every rank and divisibility rule to `program`, reporting each violation as a located
+/// diagnostic with a fix, plus the warnings (tp across nodes, bubbles). Returns the derived
+/// mapping when no rule failed.
+std::optional<Mapping> checkMapping(const Program &program, DiagnosticEngine &diags);
+
+} // namespace parc
+
+#endif
