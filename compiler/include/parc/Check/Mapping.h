@@ -45,6 +45,16 @@ public:
   std::vector<int64_t> embeddingGroup(int64_t rank, bool tiedHead) const;
   /// True when the ranks of `group` sit on more than one node.
   bool crossesNodes(const std::vector<int64_t> &group) const;
+  /// True when some group along `axis` sits on more than one node. Costs at most
+  /// min(world, gpusPerNode^2) steps, so that a huge cluster does not mean a huge loop.
+  bool anyGroupCrossesNodes(Axis axis) const;
+  int64_t sizeOf(Axis axis) const { return axis == Axis::TP ? tp : axis == Axis::PP ? pp : dp; }
+  /// How far apart in rank numbers two neighbours along `axis` are.
+  int64_t strideOf(Axis axis) const;
+  /// The link a collective over `group` is limited by: inter-node as soon as it spans nodes.
+  const LinkSpec &linkOf(const std::vector<int64_t> &group, const ClusterSpec &cluster) const {
+    return crossesNodes(group) ? cluster.interNode : cluster.intraNode;
+  }
 
   int64_t tp = 1, pp = 1, dp = 1, gpusPerNode = 1;
   std::array<Axis, 3> order = {Axis::TP, Axis::DP, Axis::PP};
@@ -71,6 +81,11 @@ struct Mapping {
   RankLayout layout;
   StagePartition partition;
 };
+
+/// The fraction of a step the pipeline sits idle: (pp - 1) / M for GPipe and 1F1B (same
+/// bubble, 1F1B only bounds the activations in flight), (pp - 1) / (chunks * M) interleaved
+/// (Narayanan et al. 2021, section 2.2).
+double bubbleFraction(const Mapping &mapping, ScheduleKind schedule);
 
 /// Applies every rank and divisibility rule to `program`, reporting each violation as a located
 /// diagnostic with a fix, plus the warnings (tp across nodes, bubbles). Returns the derived

@@ -1,0 +1,41 @@
+//===- LayoutPrinter.cpp - The rank layout as text (--emit=layout) --------===//
+#include "parc/Check/LayoutPrinter.h"
+
+namespace parc {
+
+namespace {
+void printGroup(llvm::StringRef name, const std::vector<int64_t> &group, const RankLayout &layout,
+                llvm::raw_ostream &os) {
+  os << " | " << name << " [";
+  for (size_t i = 0; i < group.size(); ++i)
+    os << (i ? "," : "") << group[i];
+  os << "] ";
+  if (group.size() < 2)
+    os << "-";
+  else
+    os << (layout.crossesNodes(group) ? "inter" : "intra");
+}
+} // namespace
+
+void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostream &os) {
+  const RankLayout &layout = mapping.layout;
+  const ParallelSpec &par = program.parallel;
+  os << "layout world " << layout.world() << ", nodes " << program.cluster.nodes
+     << " x gpus_per_node " << layout.gpusPerNode << ", tp " << layout.tp << " pp " << layout.pp
+     << " dp " << layout.dp << ", order " << toString(par.order[0]) << "-" << toString(par.order[1])
+     << "-" << toString(par.order[2]) << "\n";
+  bool tied = program.model.tiedHead();
+  for (int64_t rank = 0; rank < layout.world(); ++rank) {
+    Coords c = layout.coordsOf(rank);
+    os << "rank " << rank << " node " << layout.nodeOf(rank) << " local "
+       << layout.localRankOf(rank) << " coords tp=" << c.tp << " pp=" << c.pp << " dp=" << c.dp;
+    printGroup("tp", layout.tpGroup(rank), layout, os);
+    printGroup("dp", layout.dpGroup(rank), layout, os);
+    printGroup("pp", layout.ppGroup(rank), layout, os);
+    printGroup("model", layout.modelGroup(rank), layout, os);
+    printGroup("embedding", layout.embeddingGroup(rank, tied), layout, os);
+    os << "\n";
+  }
+}
+
+} // namespace parc

@@ -1,0 +1,438 @@
+//===- Rules.cpp - The feasibility rules of a parallel mapping ------------===//
+//
+// Every rule that makes a tp x pp x dp mapping impossible (or pointless) for a model on a
+// cluster. All of them run on every input, so one run reports every violation; the mapping is
+// only returned when none failed. Each error sits on the field to change and says how, with a
+// note on the field it conflicts with.
+//
+//===----------------------------------------------------------------------===//
+#include "parc/Check/Mapping.h"
+#include "parc/Cost/CommModel.h"
+#include "parc/Support/CheckedInt.h"
+#include "parc/Support/Units.h"
+
+#include "llvm/Support/Format.h"
+
+namespace parc {
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+std::string percent(double fraction) {
+  std::string out;
+  llvm::raw_string_ostream(out) << llvm::format("%.1f%%", fraction * 100);
+  return out;
+}
+
+/// "1, 2, 4 or 8": the divisors of `n` up to `limit`, for "use tp = ..." hints.
+std::string divisorsUpTo(int64_t n, int64_t limit) {
+  std::vector<int64_t> found;
+  for (int64_t d = 1; d <= limit && d <= n; ++d)
+    if (n % d == 0)
+      found.push_back(d);
+  std::string out;
+  for (size_t i = 0; i < found.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == found.size() ? " or " : ", ") + str(found[i]);
+  return out;
+}
+
+/// "96 or 104": the multiples of `step` around `value` (only the upper one when value < step).
+std::string nearestMultiples(int64_t value, int64_t step) {
+  int64_t below = value / step * step;
+  std::optional<int64_t> above = checkedAdd(below, step);
+  std::string up = above ? str(*above) : "a larger multiple";
+  return below > 0 ? str(below) + " or " + up : up;
+}
+
+class MappingChecker {
+public:
+  MappingChecker(const Program &program, DiagnosticEngine &diags)
+      : program(program), model(program.model), cluster(program.cluster), par(program.parallel),
+        diags(diags) {}
+
+  std::optional<Mapping> run();
+
+private:
+  llvm::SMRange at(llvm::StringRef field) const {
+    llvm::SMRange fallback = field.startswith("model.")     ? model.nameRange
+                             : field.startswith("cluster.") ? cluster.nameRange
+                                                            : par.headerRange;
+    return program.rangeOf(field, fallback);
+  }
+  bool written(llvm::StringRef field) const { return program.fieldRanges.count(field); }
+  void error(llvm::StringRef field, const llvm::Twine &message) {
+    diags.error(at(field), message);
+    failed = true;
+  }
+  /// Points at `field` where it was written; a defaulted one is named as such on its block.
+  void noteField(llvm::StringRef field, int64_t value) {
+    llvm::StringRef name = field.substr(field.find('.') + 1);
+    if (written(field))
+      diags.note(at(field), "'" + name + "' is " + str(value) + " here");
+    else
+      diags.note(at(field), "'" + name + "' defaults to " + str(value));
+  }
+
+  void checkWorld();
+  void checkModelShape();
+  void checkTensorSplit(const LayerGroup *layer);
+  void checkVocab();
+  void checkStages();
+  void checkBatch();
+  void checkSchedule();
+  void checkFlags();
+  void warnTensorAcrossNodes();
+  void warnBubble();
+  const LayerGroup &firstTransformer() const;
+
+  const Program &program;
+  const ModelSpec &model;
+  const ClusterSpec &cluster;
+  const ParallelSpec &par;
+  DiagnosticEngine &diags;
+  bool failed = false;
+  Mapping mapping;
+  bool dpKnown = false, batchKnown = false;
+};
+
+const LayerGroup &MappingChecker::firstTransformer() const {
+  for (const LayerGroup &g : model.layers)
+    if (g.kind == LayerGroup::Transformer)
+      return g;
+  return model.layers.front();
+}
+
+void MappingChecker::checkWorld() {
+  std::optional<int64_t> gpus = checkedMul(cluster.nodes, cluster.gpusPerNode);
+  if (!gpus) {
+    error("cluster.nodes", "nodes x gpus_per_node overflows a 64-bit count; use fewer nodes");
+    return;
+  }
+  int64_t world = *gpus;
+  std::string clusterText = "cluster '" + cluster.name +
+                            "' has nodes x gpus_per_node = " + str(cluster.nodes) + " x " +
+                            str(cluster.gpusPerNode) + " = " + str(world) + " GPUs";
+  std::optional<int64_t> tpp = checkedMul(par.tp, par.pp);
+  if (par.dpAuto) {
+    if (!tpp || world % *tpp != 0) {
+      error("parallel.dp", "cannot derive dp: tp x pp = " + str(par.tp) + " x " + str(par.pp) +
+                               " does not divide the " + str(world) +
+                               " GPUs of the cluster; choose tp and pp whose product divides " +
+                               str(world));
+      diags.note(at("cluster.nodes"), clusterText);
+      return;
+    }
+    mapping.dp = world / *tpp;
+  } else {
+    std::optional<int64_t> ranks = tpp ? checkedMul(*tpp, par.dp) : std::nullopt;
+    if (!ranks || *ranks != world) {
+      std::string fix = tpp && world % *tpp == 0
+                            ? "set dp = " + str(world / *tpp) + " (or dp = auto)"
+                            : "choose tp and pp whose product divides " + str(world) +
+                                  ", then dp = " + str(world) + " / (tp x pp)";
+      error("parallel.dp", "tp x pp x dp = " + str(par.tp) + " x " + str(par.pp) + " x " +
+                               str(par.dp) + " does not match the " + str(world) +
+                               " GPUs of the cluster; " + fix);
+      diags.note(at("cluster.nodes"), clusterText);
+      return;
+    }
+    mapping.dp = par.dp;
+  }
+  dpKnown = true;
+}
+
+void MappingChecker::checkModelShape() {
+  if (model.hidden % model.heads != 0) {
+    diags.error(at("model.hidden"), "hidden = " + str(model.hidden) +
+                                        " is not a multiple of heads = " + str(model.heads) +
+                                        ": every attention head needs the same width hidden / "
+                                        "heads; change hidden or heads");
+    noteField("model.heads", model.heads);
+    failed = true;
+  }
+  if (model.kvHeads != model.heads && model.heads % model.kvHeads != 0) {
+    error("model.kv_heads", "kv_heads = " + str(model.kvHeads) +
+                                " does not divide heads = " + str(model.heads) +
+                                ": grouped-query attention shares each "
+                                "key/value head among the same number of "
+                                "query heads; use a kv_heads that divides " +
+                                str(model.heads));
+    noteField("model.heads", model.heads);
+  }
+  for (const LayerGroup &g : model.layers) {
+    if (g.kind != LayerGroup::Transformer)
+      continue;
+    if (g.heads != model.heads && model.hidden % g.heads != 0) {
+      diags.error(g.range, "layer '" + g.name + "' has heads = " + str(g.heads) +
+                               ", which does not divide hidden = " + str(model.hidden) +
+                               ": every attention head needs the same width; use heads = " +
+                               divisorsUpTo(model.hidden, g.heads));
+      noteField("model.hidden", model.hidden);
+      failed = true;
+    }
+    bool overridesAttention = g.heads != model.heads || g.kvHeads != model.kvHeads;
+    if (overridesAttention && g.kvHeads != g.heads && g.heads % g.kvHeads != 0) {
+      diags.error(g.range, "layer '" + g.name + "' has kv_heads = " + str(g.kvHeads) +
+                               ", which does not divide its heads = " + str(g.heads) +
+                               "; use a kv_heads that divides " + str(g.heads));
+      failed = true;
+    }
+  }
+}
+
+/// Megatron splits attention by heads and the MLP by its ffn columns, so both must split
+/// evenly over tp. Key/value heads may also be replicated when tp exceeds them. A layer only
+/// answers for the sizes it overrides; the model's own are checked once, with layer = null.
+void MappingChecker::checkTensorSplit(const LayerGroup *layer) {
+  int64_t heads = layer ? layer->heads : model.heads;
+  int64_t kvHeads = layer ? layer->kvHeads : model.kvHeads;
+  int64_t ffn = layer ? layer->ffn : model.ffn;
+  bool ownHeads = !layer || heads != model.heads;
+  bool ownKvHeads = !layer || kvHeads != model.kvHeads || ownHeads;
+  bool ownFfn = !layer || ffn != model.ffn;
+  int64_t tp = par.tp;
+  int64_t hintLimit = std::max(tp, cluster.gpusPerNode);
+  auto report = [&](llvm::StringRef field, const std::string &what, int64_t value,
+                    const std::string &fix) {
+    if (layer) {
+      diags.error(layer->range, "layer '" + layer->name + "' has " + what +
+                                    ", which tp = " + str(tp) + " does not split: " + fix);
+      noteField("parallel.tp", tp);
+      failed = true;
+      return;
+    }
+    error("parallel.tp", "tp = " + str(tp) + " does not split the model's " + what + ": " + fix);
+    noteField(field, value);
+  };
+  if (ownHeads && heads % tp != 0)
+    report("model.heads", "heads = " + str(heads), heads,
+           "each tensor-parallel rank holds whole attention heads; use tp = " +
+               divisorsUpTo(heads, hintLimit));
+  if (ownKvHeads && kvHeads != heads && kvHeads % tp != 0 && tp % kvHeads != 0)
+    report("model.kv_heads", "kv_heads = " + str(kvHeads), kvHeads,
+           "tp must divide the key/value heads or be a multiple of them (each then "
+           "replicated); use tp = " +
+               divisorsUpTo(kvHeads, hintLimit) + " or a multiple of " + str(kvHeads));
+  if (ownFfn && ffn % tp != 0)
+    report("model.ffn", "ffn = " + str(ffn), ffn,
+           "the MLP's columns split evenly over tensor-parallel ranks; use tp = " +
+               divisorsUpTo(ffn, hintLimit));
+}
+
+void MappingChecker::checkVocab() {
+  std::optional<int64_t> multiple = checkedMul(128, par.tp);
+  std::optional<int64_t> padded =
+      multiple ? roundUpToMultiple(model.vocab, *multiple) : std::nullopt;
+  if (!padded) {
+    error("model.vocab", "vocab = " + str(model.vocab) +
+                             " cannot be padded to a multiple of "
+                             "128 x tp without overflow; use a "
+                             "smaller vocab or tp");
+    return;
+  }
+  mapping.paddedVocab = *padded;
+  if (*padded != model.vocab)
+    diags.note(at("model.vocab"),
+               "vocab = " + str(model.vocab) + " is padded to " + str(*padded) +
+                   ", a multiple of 128 x tp = " + str(*multiple) +
+                   ", so that the embedding and lm_head split evenly over tensor-parallel "
+                   "ranks");
+}
+
+void MappingChecker::checkStages() {
+  int64_t blocks = model.numBlocks();
+  int64_t chunks = par.schedule == ScheduleKind::Interleaved ? par.chunks : 1;
+  std::optional<int64_t> stages = checkedMul(par.pp, chunks);
+  std::string stagesText = chunks > 1 ? "pp x chunks = " + str(par.pp) + " x " + str(chunks) +
+                                            " = " + (stages ? str(*stages) : "too many")
+                                      : "pp = " + str(par.pp);
+  StagePartition &partition = mapping.partition;
+  partition.pp = par.pp;
+  partition.chunks = chunks;
+  if (par.stageLayers.empty()) {
+    if (!stages || blocks % *stages != 0) {
+      error(chunks > 1 && blocks % par.pp == 0 ? "parallel.schedule" : "parallel.pp",
+            "the " + str(blocks) + " transformer blocks do not split evenly into " + stagesText +
+                " pipeline stages; make " + (chunks > 1 ? "pp x chunks" : "pp") + " divide " +
+                str(blocks) +
+                ", or list each stage's blocks with "
+                "stage_layers = [...]");
+      diags.note(firstTransformer().range, "the transformer blocks are declared here");
+      return;
+    }
+    for (int64_t v = 0, first = 0; v < *stages; ++v, first += blocks / *stages)
+      partition.blocks.push_back({first, first + blocks / *stages});
+    return;
+  }
+  if (!stages || int64_t(par.stageLayers.size()) != *stages) {
+    error("parallel.stage_layers",
+          "stage_layers has " + str(par.stageLayers.size()) + " entries but " + stagesText +
+              (chunks > 1 ? " virtual pipeline stages need one each (chunk 0 of every stage "
+                            "first, then chunk 1, ...)"
+                          : " pipeline stages need one each") +
+              "; give exactly " + (stages ? str(*stages) : "pp x chunks") + " entries");
+    noteField("parallel.pp", par.pp);
+    return;
+  }
+  int64_t sum = 0;
+  for (int64_t n : par.stageLayers) {
+    partition.blocks.push_back({sum, sum + n});
+    sum += n;
+  }
+  if (sum != blocks) {
+    error("parallel.stage_layers",
+          "stage_layers places " + str(sum) + " transformer blocks but the model has " +
+              str(blocks) +
+              "; every block must sit on exactly one stage: make the entries "
+              "sum to " +
+              str(blocks));
+    diags.note(firstTransformer().range, "the transformer blocks are declared here");
+    partition.blocks.clear();
+  }
+}
+
+void MappingChecker::checkBatch() {
+  if (!dpKnown)
+    return;
+  std::optional<int64_t> perStep = checkedMul(par.microBatch, mapping.dp);
+  if (!perStep || par.globalBatch % *perStep != 0) {
+    std::string perStepText = "micro_batch x dp = " + str(par.microBatch) + " x " + str(mapping.dp);
+    error("parallel.global_batch",
+          "global_batch = " + str(par.globalBatch) + " is not a multiple of " + perStepText +
+              ": every data-parallel replica runs a whole number of microbatches; use "
+              "global_batch = " +
+              (perStep ? nearestMultiples(par.globalBatch, *perStep) : "a smaller micro_batch"));
+    noteField("parallel.micro_batch", par.microBatch);
+    return;
+  }
+  mapping.microbatches = par.globalBatch / *perStep;
+  batchKnown = true;
+}
+
+void MappingChecker::checkSchedule() {
+  if (par.schedule != ScheduleKind::Interleaved)
+    return;
+  if (par.chunks < 2)
+    error("parallel.schedule", "interleaved(chunks = " + str(par.chunks) +
+                                   ") gives each pipeline rank a single model chunk, which is "
+                                   "plain 1f1b; use chunks >= 2 or schedule = 1f1b");
+  if (par.pp < 2) {
+    error("parallel.schedule", "the interleaved schedule needs a pipeline, but pp = " +
+                                   str(par.pp) + "; set pp >= 2 or use schedule = 1f1b");
+    noteField("parallel.pp", par.pp);
+    return;
+  }
+  if (batchKnown && mapping.microbatches % par.pp != 0) {
+    std::optional<int64_t> step = checkedMul(par.microBatch * mapping.dp, par.pp);
+    error("parallel.global_batch",
+          "the interleaved schedule runs microbatches in groups of pp = " + str(par.pp) +
+              ", but M = global_batch / (micro_batch x dp) = " + str(mapping.microbatches) +
+              " is not a multiple of it; use global_batch = " +
+              (step ? nearestMultiples(par.globalBatch, *step) : "a multiple of pp"));
+    diags.note(at("parallel.schedule"), "the interleaved schedule is chosen here");
+  }
+}
+
+void MappingChecker::checkFlags() {
+  if (par.sequenceParallel && par.tp == 1) {
+    error("parallel.sequence_parallel",
+          "sequence_parallel splits the activations of norms and dropout across the "
+          "tensor-parallel group, which needs tp > 1; remove it or raise tp");
+    noteField("parallel.tp", par.tp);
+  }
+  if (par.zero >= 1 && dpKnown && mapping.dp == 1) {
+    diags.warning(at("parallel.zero"), "zero = " + str(par.zero) +
+                                           " shards state across data-parallel ranks, but "
+                                           "dp = 1: it saves no memory; set zero = 0 or "
+                                           "raise dp");
+  }
+}
+
+/// Megatron's tensor parallelism all-reduces each layer's activations twice in the forward
+/// (after attention and after the MLP) and twice in the backward; sequence parallelism turns
+/// each into an all-gather and a reduce-scatter of the same ring cost.
+void MappingChecker::warnTensorAcrossNodes() {
+  if (!mapping.layout.anyGroupCrossesNodes(Axis::TP))
+    return;
+  double bytes = double(par.microBatch) * double(model.seq) * double(model.hidden) *
+                 double(bytesPerElement(model.dtype));
+  double inter = 4 * allReduceTime(bytes, par.tp, cluster.interNode);
+  double intra = 4 * allReduceTime(bytes, par.tp, cluster.intraNode);
+  bool tooWide = par.tp > cluster.gpusPerNode;
+  diags.warning(
+      at(tooWide || !written("parallel.order") ? "parallel.tp" : "parallel.order"),
+      "tensor-parallel groups span nodes: one layer's 4 all-reduces of " + formatBytes(bytes) +
+          " would take about " + formatQuantity(inter, Dimension::time()) +
+          " over the inter-node link instead of " + formatQuantity(intra, Dimension::time()) +
+          " inside a node; use a tp that divides gpus_per_node = " + str(cluster.gpusPerNode) +
+          " and put tp first in 'order'");
+  noteField("cluster.gpus_per_node", cluster.gpusPerNode);
+}
+
+void MappingChecker::warnBubble() {
+  if (!batchKnown || par.pp < 2)
+    return;
+  int64_t m = mapping.microbatches;
+  double bubble = bubbleFraction(mapping, par.schedule);
+  std::string where = "parallel.global_batch";
+  if (par.schedule != ScheduleKind::Interleaved && m < par.pp) {
+    diags.warning(at(where), "only M = " + str(m) + " microbatches for pp = " + str(par.pp) +
+                                 " pipeline stages: each stage idles for over half of the "
+                                 "step (bubble (pp - 1) / M = " +
+                                 percent(bubble) +
+                                 " of the compute time); raise global_batch or lower "
+                                 "micro_batch so that M >= pp");
+    noteField("parallel.pp", par.pp);
+    return;
+  }
+  if (bubble <= 0.25)
+    return;
+  std::string formula = par.schedule == ScheduleKind::Interleaved
+                            ? "(pp - 1) / (chunks x M) = " + str(par.pp - 1) + " / (" +
+                                  str(mapping.chunks) + " x " + str(m) + ")"
+                            : "(pp - 1) / M = " + str(par.pp - 1) + " / " + str(m);
+  diags.warning(at(where), "the pipeline bubble " + formula + " is " + percent(bubble) +
+                               " of the compute time; raise global_batch so that M >= " +
+                               str(4 * (par.pp - 1)) + ", or lower micro_batch" +
+                               (par.schedule == ScheduleKind::Interleaved
+                                    ? ""
+                                    : ", or use schedule = interleaved(chunks = 2)"));
+  noteField("parallel.pp", par.pp);
+}
+
+std::optional<Mapping> MappingChecker::run() {
+  mapping.tp = par.tp;
+  mapping.pp = par.pp;
+  mapping.chunks = par.schedule == ScheduleKind::Interleaved ? par.chunks : 1;
+  mapping.microBatch = par.microBatch;
+  mapping.globalBatch = par.globalBatch;
+
+  checkWorld();
+  checkModelShape();
+  checkTensorSplit(nullptr);
+  for (const LayerGroup &g : model.layers)
+    if (g.kind == LayerGroup::Transformer)
+      checkTensorSplit(&g);
+  checkVocab();
+  checkStages();
+  checkBatch();
+  checkSchedule();
+  checkFlags();
+  if (dpKnown) {
+    mapping.layout = RankLayout(par.tp, par.pp, mapping.dp, par.order, cluster.gpusPerNode);
+    warnTensorAcrossNodes();
+  }
+  warnBubble();
+  if (failed)
+    return std::nullopt;
+  return mapping;
+}
+
+} // namespace
+
+std::optional<Mapping> checkMapping(const Program &program, DiagnosticEngine &diags) {
+  return MappingChecker(program, diags).run();
+}
+
+} // namespace parc

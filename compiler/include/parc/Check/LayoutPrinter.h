@@ -1,0 +1,25 @@
+//===- LayoutPrinter.h - The rank layout as text (--emit=layout) ----------===//
+//
+// One line per rank: where it runs, its coordinates and its process groups with the link each
+// group's collectives use. The format is stable on purpose: lit tests match it line by line.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_CHECK_LAYOUTPRINTER_H
+#define PARC_CHECK_LAYOUTPRINTER_H
+
+#include "parc/Check/Mapping.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+namespace parc {
+
+/// Prints a header line (world, nodes, sizes, order), then for every rank
+///   rank R node N local L coords tp=T pp=P dp=D | tp [..] LINK | dp [..] LINK | pp [..] LINK
+///     | model [..] LINK | embedding [..] LINK
+/// where LINK is `intra` or `inter`, or `-` for a group of fewer than two ranks, which never
+/// communicates.
+void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostream &os);
+
+} // namespace parc
+
+#endif

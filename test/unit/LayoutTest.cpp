@@ -1,0 +1,269 @@
+//===- LayoutTest.cpp - Megatron rank layout, groups and the comm model ---===//
+#include "parc/Check/Mapping.h"
+#include "parc/Cost/CommModel.h"
+
+#include "llvm/Support/SourceMgr.h"
+#include "gtest/gtest.h"
+
+#include <algorithm>
+#include <set>
+
+using namespace parc;
+
+namespace {
+
+using Order = std::array<Axis, 3>;
+
+std::vector<Order> allOrders() {
+  Order o = {Axis::TP, Axis::DP, Axis::PP};
+  std::sort(o.begin(), o.end());
+  std::vector<Order> out;
+  do
+    out.push_back(o);
+  while (std::next_permutation(o.begin(), o.end()));
+  return out;
+}
+
+std::string name(const Order &o) {
+  return std::string(toString(o[0])) + "-" + toString(o[1]) + "-" + toString(o[2]);
+}
+
+/// Every rank lies in exactly one group, and the group of each member is that same group.
+void expectPartition(const RankLayout &layout,
+                     std::vector<int64_t> (RankLayout::*groupOf)(int64_t) const,
+                     int64_t expectedSize, const std::string &what) {
+  std::set<int64_t> seen;
+  for (int64_t r = 0; r < layout.world(); ++r) {
+    std::vector<int64_t> group = (layout.*groupOf)(r);
+    ASSERT_EQ(int64_t(group.size()), expectedSize) << what << " of rank " << r;
+    EXPECT_TRUE(std::count(group.begin(), group.end(), r)) << what << " of rank " << r;
+    for (int64_t member : group)
+      EXPECT_EQ((layout.*groupOf)(member), group) << what << " of " << member;
+    if (group.front() == *std::min_element(group.begin(), group.end()) && r == group.front())
+      seen.insert(group.begin(), group.end());
+  }
+  EXPECT_EQ(int64_t(seen.size()), layout.world()) << what;
+}
+
+TEST(RankLayout, RankOfAndCoordsOfAreInverseForEveryOrder) {
+  for (const Order &order : allOrders()) {
+    RankLayout layout(2, 3, 4, order, 8);
+    std::set<int64_t> ranks;
+    for (int64_t r = 0; r < layout.world(); ++r) {
+      Coords c = layout.coordsOf(r);
+      EXPECT_LT(c.tp, 2);
+      EXPECT_LT(c.pp, 3);
+      EXPECT_LT(c.dp, 4);
+      EXPECT_EQ(layout.rankOf(c), r) << name(order);
+      ranks.insert(layout.rankOf(c));
+    }
+    EXPECT_EQ(int64_t(ranks.size()), 24) << name(order);
+  }
+}
+
+TEST(RankLayout, FirstAxisInOrderVariesFastest) {
+  RankLayout layout(2, 2, 2, {Axis::TP, Axis::DP, Axis::PP}, 8);
+  EXPECT_EQ(layout.rankOf({1, 0, 0}), 1);
+  EXPECT_EQ(layout.rankOf({0, 0, 1}), 2);
+  EXPECT_EQ(layout.rankOf({0, 1, 0}), 4);
+  RankLayout ppFirst(4, 2, 3, {Axis::PP, Axis::DP, Axis::TP}, 8);
+  // rank = pp + 2 * dp + 6 * tp
+  EXPECT_EQ(ppFirst.rankOf({3, 1, 2}), 1 + 2 * 2 + 6 * 3);
+}
+
+TEST(RankLayout, GroupsPartitionTheWorldForEveryOrder) {
+  for (const Order &order : allOrders()) {
+    RankLayout layout(2, 4, 3, order, 4);
+    expectPartition(layout, &RankLayout::tpGroup, 2, "tp " + name(order));
+    expectPartition(layout, &RankLayout::ppGroup, 4, "pp " + name(order));
+    expectPartition(layout, &RankLayout::dpGroup, 3, "dp " + name(order));
+    expectPartition(layout, &RankLayout::modelGroup, 8, "model " + name(order));
+  }
+}
+
+TEST(RankLayout, GroupsVaryOnlyTheirOwnAxis) {
+  for (const Order &order : allOrders()) {
+    RankLayout layout(2, 3, 2, order, 4);
+    for (int64_t r = 0; r < layout.world(); ++r) {
+      Coords c = layout.coordsOf(r);
+      std::vector<int64_t> pp = layout.ppGroup(r);
+      for (int64_t stage = 0; stage < 3; ++stage) {
+        Coords m = layout.coordsOf(pp[stage]);
+        EXPECT_EQ(m.pp, stage) << "pp groups are ordered by stage";
+        EXPECT_EQ(m.tp, c.tp);
+        EXPECT_EQ(m.dp, c.dp);
+      }
+      for (int64_t member : layout.modelGroup(r))
+        EXPECT_EQ(layout.coordsOf(member).dp, c.dp);
+    }
+  }
+}
+
+TEST(RankLayout, MatchesMegatronWorldEightExample) {
+  RankLayout layout(2, 2, 2, {Axis::TP, Axis::DP, Axis::PP}, 8);
+  using G = std::vector<int64_t>;
+  EXPECT_EQ(layout.tpGroup(5), (G{4, 5}));
+  EXPECT_EQ(layout.dpGroup(5), (G{5, 7}));
+  EXPECT_EQ(layout.ppGroup(5), (G{1, 5}));
+  EXPECT_EQ(layout.modelGroup(5), (G{0, 1, 4, 5}));
+  EXPECT_EQ(layout.embeddingGroup(5, true), (G{1, 5}));
+  EXPECT_TRUE(layout.embeddingGroup(5, false).empty());
+  RankLayout noPipeline(2, 1, 4, {Axis::TP, Axis::DP, Axis::PP}, 8);
+  EXPECT_TRUE(noPipeline.embeddingGroup(0, true).empty());
+}
+
+TEST(RankLayout, NodesAndCrossings) {
+  RankLayout layout(4, 2, 2, {Axis::TP, Axis::DP, Axis::PP}, 4);
+  EXPECT_EQ(layout.nodeOf(13), 3);
+  EXPECT_EQ(layout.localRankOf(13), 1);
+  EXPECT_FALSE(layout.crossesNodes(layout.tpGroup(13)));
+  EXPECT_TRUE(layout.crossesNodes(layout.dpGroup(13)));
+  EXPECT_FALSE(layout.anyGroupCrossesNodes(Axis::TP));
+  EXPECT_TRUE(layout.anyGroupCrossesNodes(Axis::DP));
+  EXPECT_TRUE(layout.anyGroupCrossesNodes(Axis::PP));
+}
+
+/// anyGroupCrossesNodes takes a shortcut; it must agree with looking at every group.
+TEST(RankLayout, AnyGroupCrossesNodesAgreesWithBruteForce) {
+  for (const Order &order : allOrders())
+    for (int64_t gpus : {1, 2, 3, 4, 6, 8})
+      for (int64_t tp : {1, 2, 3, 4})
+        for (int64_t pp : {1, 2, 3})
+          for (int64_t dp : {1, 2, 4}) {
+            RankLayout layout(tp, pp, dp, order, gpus);
+            if (layout.world() % gpus != 0)
+              continue;
+            for (Axis axis : {Axis::TP, Axis::PP, Axis::DP}) {
+              bool any = false;
+              for (int64_t r = 0; r < layout.world(); ++r) {
+                std::vector<int64_t> g = axis == Axis::TP   ? layout.tpGroup(r)
+                                         : axis == Axis::PP ? layout.ppGroup(r)
+                                                            : layout.dpGroup(r);
+                any |= layout.crossesNodes(g);
+              }
+              EXPECT_EQ(layout.anyGroupCrossesNodes(axis), any)
+                  << name(order) << " gpus " << gpus << " tp " << tp << " pp " << pp << " dp " << dp
+                  << " axis " << toString(axis);
+            }
+          }
+}
+
+TEST(Bubble, OneFOneBAndInterleaved) {
+  Mapping m;
+  m.pp = 4;
+  m.microbatches = 8;
+  m.chunks = 2;
+  EXPECT_DOUBLE_EQ(bubbleFraction(m, ScheduleKind::OneFOneB), 3.0 / 8);
+  EXPECT_DOUBLE_EQ(bubbleFraction(m, ScheduleKind::GPipe), 3.0 / 8);
+  EXPECT_DOUBLE_EQ(bubbleFraction(m, ScheduleKind::Interleaved), 3.0 / 16);
+  m.pp = 1;
+  EXPECT_DOUBLE_EQ(bubbleFraction(m, ScheduleKind::OneFOneB), 0);
+}
+
+TEST(CommModel, RingFormulas) {
+  LinkSpec link{1e9, 1e-6}; // 1 GB/s, 1 us
+  // 2 (n - 1) alpha + 2 (n - 1) / n * bytes / bandwidth
+  EXPECT_DOUBLE_EQ(allReduceTime(4e6, 4, link), 6e-6 + 2 * 0.75 * 4e-3);
+  EXPECT_DOUBLE_EQ(allGatherTime(4e6, 4, link), 3e-6 + 0.75 * 4e-3);
+  EXPECT_DOUBLE_EQ(reduceScatterTime(4e6, 4, link), 3e-6 + 0.75 * 4e-3);
+  EXPECT_DOUBLE_EQ(allReduceTime(4e6, 4, link),
+                   allGatherTime(4e6, 4, link) + reduceScatterTime(4e6, 4, link));
+  EXPECT_DOUBLE_EQ(sendTime(4e6, link), 1e-6 + 4e-3);
+  EXPECT_EQ(allReduceTime(4e6, 1, link), 0);
+}
+
+/// A small model whose 8 blocks and 8 GPUs leave every rule satisfied.
+Program smallProgram() {
+  Program p;
+  p.model.vocab = 1000;
+  p.model.seq = 64;
+  p.model.hidden = 128;
+  p.model.heads = p.model.kvHeads = 4;
+  p.model.ffn = 512;
+  LayerGroup embed, blocks, head;
+  embed.kind = LayerGroup::Embedding;
+  embed.name = "embed";
+  blocks.name = "block";
+  blocks.count = 8;
+  blocks.heads = blocks.kvHeads = 4;
+  blocks.ffn = 512;
+  head.kind = LayerGroup::LMHead;
+  head.tiedTo = "embed";
+  p.model.layers = {embed, blocks, head};
+  p.cluster.nodes = 2;
+  p.cluster.gpusPerNode = 4;
+  p.cluster.intraNode = p.cluster.interNode = {1e11, 1e-6};
+  p.parallel.tp = 2;
+  p.parallel.pp = 2;
+  p.parallel.dpAuto = true;
+  p.parallel.globalBatch = 16;
+  return p;
+}
+
+struct Checked {
+  std::optional<Mapping> mapping;
+  std::string diagnostics;
+};
+
+Checked check(const Program &p) {
+  llvm::SourceMgr sourceMgr;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  DiagnosticEngine diags(sourceMgr, os);
+  Checked out;
+  out.mapping = checkMapping(p, diags);
+  out.diagnostics = os.str();
+  return out;
+}
+
+using Blocks = std::vector<std::pair<int64_t, int64_t>>;
+
+TEST(CheckMapping, DerivesDpMicrobatchesAndVocab) {
+  Checked c = check(smallProgram());
+  ASSERT_TRUE(c.mapping) << c.diagnostics;
+  EXPECT_EQ(c.mapping->dp, 2);
+  EXPECT_EQ(c.mapping->microbatches, 8);
+  EXPECT_EQ(c.mapping->paddedVocab, 1024);
+  EXPECT_EQ(c.mapping->layout.world(), 8);
+  EXPECT_EQ(c.mapping->partition.blocks, (Blocks{{0, 4}, {4, 8}}));
+}
+
+TEST(CheckMapping, InterleavedChunksAreVirtualStagesInOrder) {
+  Program p = smallProgram();
+  p.parallel.schedule = ScheduleKind::Interleaved;
+  p.parallel.chunks = 2;
+  Checked c = check(p);
+  ASSERT_TRUE(c.mapping) << c.diagnostics;
+  const StagePartition &part = c.mapping->partition;
+  EXPECT_EQ(part.blocks, (Blocks{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));
+  // Chunk 1 of stage 0 is virtual stage 2.
+  EXPECT_EQ(part.range(0, 1), (std::pair<int64_t, int64_t>{4, 6}));
+  EXPECT_EQ(part.blocksOnStage(0), 4);
+  EXPECT_EQ(part.blocksOnStage(1), 4);
+}
+
+TEST(CheckMapping, StageLayersGiveUnevenStages) {
+  Program p = smallProgram();
+  p.parallel.stageLayers = {5, 3};
+  Checked c = check(p);
+  ASSERT_TRUE(c.mapping) << c.diagnostics;
+  EXPECT_EQ(c.mapping->partition.blocks, (Blocks{{0, 5}, {5, 8}}));
+  p.parallel.stageLayers = {5, 2};
+  EXPECT_FALSE(check(p).mapping);
+}
+
+TEST(CheckMapping, ReportsEveryViolationAndReturnsNothing) {
+  Program p = smallProgram();
+  p.parallel.tp = 8; // splits neither 4 heads ...
+  p.parallel.pp = 1;
+  p.model.ffn = 500; // ... nor this ffn
+  p.parallel.globalBatch = 3;
+  p.parallel.microBatch = 2;
+  Checked c = check(p);
+  EXPECT_FALSE(c.mapping);
+  EXPECT_NE(c.diagnostics.find("heads = 4"), std::string::npos) << c.diagnostics;
+  EXPECT_NE(c.diagnostics.find("ffn = 500"), std::string::npos) << c.diagnostics;
+  EXPECT_NE(c.diagnostics.find("global_batch = 3"), std::string::npos) << c.diagnostics;
+}
+
+} // namespace
