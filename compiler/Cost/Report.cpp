@@ -1,0 +1,294 @@
+//===- Report.cpp - The plan at a glance: layout, memory, FLOPs, traffic --===//
+#include "parc/Cost/Report.h"
+#include "parc/Cost/CostModel.h"
+#include "parc/Cost/MemoryModel.h"
+#include "parc/Support/Units.h"
+
+#include "llvm/Support/Format.h"
+
+#include <cmath>
+#include <functional>
+
+namespace parc {
+
+namespace {
+
+using GroupFn = std::function<std::vector<int64_t>(int64_t)>;
+
+/// Every group of one kind once, in the order of its lowest-coordinate rank.
+std::vector<std::vector<int64_t>> allGroups(const RankLayout &layout, const GroupFn &groupOf) {
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t rank = 0, n = layout.world(); rank < n; ++rank) {
+    std::vector<int64_t> g = groupOf(rank);
+    if (!g.empty() && g.front() == rank)
+      out.push_back(std::move(g));
+  }
+  return out;
+}
+
+struct GroupKind {
+  const char *name;
+  GroupFn groupOf;
+};
+
+std::vector<GroupKind> groupKinds(const Program &program, const Mapping &mapping) {
+  const RankLayout &layout = mapping.layout;
+  std::vector<GroupKind> kinds = {
+      {"tp", [&layout](int64_t r) { return layout.tpGroup(r); }},
+      {"dp", [&layout](int64_t r) { return layout.dpGroup(r); }},
+      {"pp", [&layout](int64_t r) { return layout.ppGroup(r); }},
+  };
+  if (program.model.tiedHead() && mapping.pp > 1)
+    kinds.push_back({"embedding", [&layout](int64_t r) { return layout.embeddingGroup(r, true); }});
+  return kinds;
+}
+
+bool kindCrossesNodes(const RankLayout &layout, const std::vector<std::vector<int64_t>> &groups) {
+  for (const std::vector<int64_t> &g : groups)
+    if (layout.crossesNodes(g))
+      return true;
+  return false;
+}
+
+std::string linkText(const ClusterSpec &cluster, int64_t ranks, bool inter) {
+  if (ranks < 2)
+    return "- (one rank, no traffic)";
+  const LinkSpec &link = inter ? cluster.interNode : cluster.intraNode;
+  return std::string(inter ? "inter_node" : "intra_node") + " (" +
+         formatQuantity(link.bandwidth, Dimension::bandwidth()) + ", " +
+         formatQuantity(link.latency, Dimension::time()) + ")";
+}
+
+std::string ranksText(const std::vector<int64_t> &group) {
+  std::string out;
+  auto add = [&](int64_t r) { out += (out.empty() ? "" : " ") + std::to_string(r); };
+  if (group.size() <= 8) {
+    for (int64_t r : group)
+      add(r);
+    return out;
+  }
+  for (size_t i = 0; i < 4; ++i)
+    add(group[i]);
+  out += " ..";
+  add(group.back());
+  return out;
+}
+
+std::string fmt(const char *spec, double v) {
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << llvm::format(spec, v);
+  return os.str();
+}
+
+/// Decimal units, as the ZeRO paper reports model states.
+std::string decimalBytes(double bytes) {
+  if (bytes >= 1e9)
+    return fmt("%.1f GB", bytes / 1e9);
+  if (bytes >= 1e6)
+    return fmt("%.1f MB", bytes / 1e6);
+  return fmt("%.1f kB", bytes / 1e3);
+}
+
+std::string paramCount(double n) {
+  if (n >= 1e9)
+    return fmt("%.2f B", n / 1e9);
+  if (n >= 1e6)
+    return fmt("%.2f M", n / 1e6);
+  return fmt("%.0f", n);
+}
+std::string flops(double f) { return fmt("%.3e", f); }
+
+/// Columns padded to their widest cell; `align` holds 'l' or 'r' for each column.
+void printTable(llvm::raw_ostream &os, const std::vector<std::vector<std::string>> &rows,
+                llvm::StringRef align) {
+  std::vector<size_t> width;
+  for (const auto &row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      width.resize(std::max(width.size(), row.size()), 0);
+      width[i] = std::max(width[i], row[i].size());
+    }
+  for (const auto &row : rows) {
+    std::string line = " ";
+    for (size_t i = 0; i < row.size(); ++i) {
+      std::string pad(width[i] - row[i].size(), ' ');
+      bool last = i + 1 == row.size();
+      line += " ";
+      line += align[i] == 'l' ? row[i] + (last ? "" : pad) : pad + row[i];
+    }
+    os << line << "\n";
+  }
+}
+
+std::string scheduleText(const ParallelSpec &par) {
+  std::string s = toString(par.schedule);
+  if (par.schedule == ScheduleKind::Interleaved)
+    s += "(chunks = " + std::to_string(par.chunks) + ")";
+  return s;
+}
+
+} // namespace
+
+void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostream &os) {
+  const ModelSpec &model = program.model;
+  const ClusterSpec &cluster = program.cluster;
+  const ParallelSpec &par = program.parallel;
+  const RankLayout &layout = mapping.layout;
+  const MemoryEstimate memory = estimateMemory(program, mapping);
+  const CostEstimate cost = estimateCost(program, mapping);
+
+  os << "report for " << model.name << " on " << cluster.name << "\n\n";
+
+  os << "layout: " << layout.world() << " ranks = tp " << mapping.tp << " x pp " << mapping.pp
+     << " x dp " << mapping.dp << ", order " << toString(par.order[0]) << "-"
+     << toString(par.order[1]) << "-" << toString(par.order[2]) << ", " << cluster.gpusPerNode
+     << " GPUs per node\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"group", "ranks", "groups", "rank 0's group", "link"}};
+  for (const GroupKind &kind : groupKinds(program, mapping)) {
+    auto groups = allGroups(layout, kind.groupOf);
+    std::vector<int64_t> own = kind.groupOf(0);
+    rows.push_back({kind.name, std::to_string(own.size()), std::to_string(groups.size()),
+                    ranksText(own),
+                    linkText(cluster, int64_t(own.size()), kindCrossesNodes(layout, groups))});
+  }
+  printTable(os, rows, "lrrll");
+
+  os << "\nmodel: " << paramCount(double(totalParams(model, mapping.paddedVocab)))
+     << " parameters (vocab " << model.vocab << " padded to " << mapping.paddedVocab << "), "
+     << mapping.globalBatch << " sequences of " << model.seq << " tokens per step\n";
+  os << "pipeline: " << mapping.microbatches << " microbatches of " << mapping.microBatch
+     << " per step, schedule " << scheduleText(par) << ", bubble fraction "
+     << fmt("%.4f", cost.bubbleFraction) << "\n";
+
+  os << "\nmemory per rank (gpu.memory "
+     << formatQuantity(double(memory.gpuMemory), Dimension::size()) << ", zero " << par.zero
+     << ", recompute " << toString(par.recompute)
+     << (par.sequenceParallel ? ", sequence parallel" : "") << "):\n";
+  bool zero3 = par.zero >= 3 && mapping.dp > 1;
+  std::vector<std::string> header = {"stage", "blocks", "weights", "grads", "optimizer"};
+  if (zero3)
+    header.push_back("gathered");
+  for (const char *h : {"activations", "reserve", "total", "of GPU", "model states"})
+    header.push_back(h);
+  rows = {header};
+  for (const StageMemory &m : memory.stages) {
+    std::vector<std::string> row = {std::to_string(m.stage), std::to_string(m.blocks),
+                                    formatBytes(m.weights), formatBytes(m.grads),
+                                    formatBytes(m.optimizer)};
+    if (zero3)
+      row.push_back(formatBytes(m.gathered));
+    row.push_back(formatBytes(m.activations));
+    row.push_back(formatBytes(m.reserve));
+    row.push_back(formatBytes(m.total()));
+    row.push_back(fmt("%.1f%%", 100 * m.total() / double(memory.gpuMemory)));
+    row.push_back(decimalBytes(m.modelStates()));
+    rows.push_back(row);
+  }
+  printTable(os, rows, std::string(header.size(), 'r'));
+  const StageMemory &worst = memory.worst();
+  os << "  largest rank: stage " << worst.stage << ", " << formatBytes(worst.total()) << " of "
+     << formatQuantity(double(memory.gpuMemory), Dimension::size())
+     << (memory.fits() ? "" : " (does not fit)")
+     << "; model states = weights + grads + optimizer, in decimal units (1 GB = 1e9 B)\n";
+
+  os << "\nFLOPs per step: model " << flops(cost.modelFlops) << ", with recompute "
+     << flops(cost.hardwareFlops) << " (" << fmt("%.0f", cost.tokensPerStep) << " tokens)\n";
+
+  os << "\ncommunication per rank per step (busiest stage):\n";
+  rows = {{"group", "bytes", "time", "link", "operations"}};
+  for (const GroupTraffic &g : cost.traffic)
+    rows.push_back({g.kind, formatBytes(g.bytesPerRank),
+                    formatQuantity(g.seconds, Dimension::time()),
+                    g.ranks < 2   ? "-"
+                    : g.interNode ? "inter_node"
+                                  : "intra_node",
+                    g.operations});
+  printTable(os, rows, "lrrll");
+
+  os << "\nestimate (peak FLOP/s, alpha-beta links, no overlap of compute and communication):\n";
+  os << "  step time " << formatQuantity(cost.stepSeconds, Dimension::time()) << " (compute "
+     << formatQuantity(cost.computeSeconds, Dimension::time()) << " with the bubble), MFU "
+     << fmt("%.1f%%", 100 * cost.mfu) << "\n";
+}
+
+llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
+  const RankLayout &layout = mapping.layout;
+  const MemoryEstimate memory = estimateMemory(program, mapping);
+  const CostEstimate cost = estimateCost(program, mapping);
+  auto bytes = [](double b) { return int64_t(std::llround(b)); };
+
+  llvm::json::Object groups, links;
+  for (const GroupKind &kind : groupKinds(program, mapping)) {
+    auto all = allGroups(layout, kind.groupOf);
+    llvm::json::Array list;
+    for (const std::vector<int64_t> &g : all)
+      list.push_back(llvm::json::Array(g));
+    groups[kind.name] = std::move(list);
+    links[kind.name] = kind.groupOf(0).size() < 2
+                           ? "none"
+                           : (kindCrossesNodes(layout, all) ? "inter_node" : "intra_node");
+  }
+
+  llvm::json::Array stages;
+  for (const StageMemory &m : memory.stages)
+    stages.push_back(llvm::json::Object{
+        {"stage", m.stage},
+        {"blocks", m.blocks},
+        {"params_per_rank", m.paramsPerRank},
+        {"in_flight_forwards", m.inFlight},
+        {"weights", bytes(m.weights)},
+        {"grads", bytes(m.grads)},
+        {"optimizer", bytes(m.optimizer)},
+        {"gathered", bytes(m.gathered)},
+        {"activations", bytes(m.activations)},
+        {"reserve", bytes(m.reserve)},
+        {"model_states", bytes(m.modelStates())},
+        {"total", bytes(m.total())},
+    });
+
+  llvm::json::Array traffic;
+  for (const GroupTraffic &g : cost.traffic)
+    traffic.push_back(llvm::json::Object{{"group", g.kind},
+                                         {"ranks", g.ranks},
+                                         {"groups", g.groups},
+                                         {"inter_node", g.interNode},
+                                         {"bytes_per_rank", bytes(g.bytesPerRank)},
+                                         {"seconds", g.seconds},
+                                         {"operations", g.operations}});
+
+  const ParallelSpec &par = program.parallel;
+  return llvm::json::Object{
+      {"model", program.model.name},
+      {"cluster", program.cluster.name},
+      {"world", layout.world()},
+      {"tp", mapping.tp},
+      {"pp", mapping.pp},
+      {"dp", mapping.dp},
+      {"schedule", scheduleText(par)},
+      {"zero", par.zero},
+      {"recompute", toString(par.recompute)},
+      {"sequence_parallel", par.sequenceParallel},
+      {"micro_batch", mapping.microBatch},
+      {"global_batch", mapping.globalBatch},
+      {"microbatches", mapping.microbatches},
+      {"bubble_fraction", cost.bubbleFraction},
+      {"params", totalParams(program.model, mapping.paddedVocab)},
+      {"padded_vocab", mapping.paddedVocab},
+      {"groups", std::move(groups)},
+      {"links", std::move(links)},
+      {"gpu_memory", program.cluster.gpuMemory},
+      {"stages", std::move(stages)},
+      {"max_rank_bytes", bytes(memory.maxRankBytes())},
+      {"fits", memory.fits()},
+      {"tokens_per_step", cost.tokensPerStep},
+      {"step_flops", cost.modelFlops},
+      {"step_flops_with_recompute", cost.hardwareFlops},
+      {"communication", std::move(traffic)},
+      {"compute_time_estimate_s", cost.computeSeconds},
+      {"step_time_estimate_s", cost.stepSeconds},
+      {"mfu_estimate", cost.mfu},
+  };
+}
+
+} // namespace parc

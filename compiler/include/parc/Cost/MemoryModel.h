@@ -1,0 +1,111 @@
+//===- MemoryModel.h - Parameters, model states and activations per rank --===//
+//
+// The one place parc counts parameters and the bytes every pipeline stage holds: weights,
+// gradients and optimizer state under mixed precision and ZeRO (Rajbhandari et al. 2020),
+// activations by Korthikanti et al. 2022, and the cluster's reserve. Every rank of one stage
+// holds the same bytes (tp and dp ranks are symmetric), so the model works per stage.
+// docs/memory-and-cost.md derives each formula.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_COST_MEMORYMODEL_H
+#define PARC_COST_MEMORYMODEL_H
+
+#include "parc/Check/Mapping.h"
+#include "parc/Sema/Program.h"
+#include "parc/Support/Diagnostics.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace parc {
+
+/// Elements of one part of the model, split by how tensor parallelism treats them.
+struct ParamCount {
+  int64_t sharded = 0;    // split evenly over the tp ranks (column/row-parallel weights)
+  int64_t replicated = 0; // held in full by every tp rank (norms, row-parallel biases)
+
+  int64_t total() const { return sharded + replicated; }
+  /// What one tensor-parallel rank holds.
+  int64_t perRank(int64_t tp) const { return sharded / tp + replicated; }
+  ParamCount &operator+=(const ParamCount &o) {
+    sharded += o.sharded;
+    replicated += o.replicated;
+    return *this;
+  }
+};
+
+/// Megatron's GPT has a bias on every linear layer; the Llama family (RMSNorm) has none.
+bool hasLinearBiases(const ModelSpec &model);
+/// hidden / heads of the block's group: the width of one attention head.
+int64_t headDim(const ModelSpec &model, const LayerGroup &block);
+
+/// One transformer block: QKV, output projection, MLP, their biases and two norms.
+ParamCount blockParams(const ModelSpec &model, const LayerGroup &block);
+/// Word embedding over the padded vocab, plus learned positions (not split by tp).
+ParamCount embeddingParams(const ModelSpec &model, int64_t paddedVocab);
+/// The output projection over the padded vocab (its own matrix, whether or not it is tied).
+ParamCount headParams(const ModelSpec &model, int64_t paddedVocab);
+/// The norm after the last block.
+ParamCount finalNormParams(const ModelSpec &model);
+/// Every distinct parameter of the model: a tied head shares the embedding's matrix.
+int64_t totalParams(const ModelSpec &model, int64_t paddedVocab);
+
+/// Bytes one parameter costs before ZeRO sharding.
+struct StateBytesPerParam {
+  double weight = 0;    // the working copy in the model's dtype
+  double grad = 0;      // the main gradient in train.grad_dtype (fp32 unless set)
+  double optimizer = 0; // fp32 master copy (mixed precision) plus the optimizer's moments
+
+  double total() const { return weight + grad + optimizer; }
+};
+StateBytesPerParam stateBytesPerParam(const Program &program);
+
+/// Bytes one transformer block keeps for its backward, per microbatch, on one tp rank
+/// (Korthikanti et al. 2022, section 4, generalised to grouped-query attention, any ffn width
+/// and SwiGLU; it reduces to their table for a GPT block).
+double blockActivationBytes(const ModelSpec &model, const LayerGroup &block, int64_t microBatch,
+                            int64_t tp, Recompute recompute, bool sequenceParallel);
+
+/// How many forward passes of each model chunk a stage holds at its peak: entry c counts the
+/// in-flight microbatches of chunk c. GPipe keeps all M; 1F1B min(pp - stage, M); interleaved
+/// Megatron's warm-up count plus the one running, walked through the chunks in schedule order.
+std::vector<int64_t> microbatchesInFlight(ScheduleKind schedule, int64_t pp, int64_t stage,
+                                          int64_t microbatches, int64_t chunks);
+
+/// The bytes every rank of one pipeline stage holds.
+struct StageMemory {
+  int64_t stage = 0;
+  int64_t blocks = 0;        // transformer blocks on the stage, all chunks
+  int64_t paramsPerRank = 0; // parameters one rank owns before ZeRO sharding
+  int64_t inFlight = 0;      // microbatches whose activations the stage keeps at its peak
+  double weights = 0, grads = 0, optimizer = 0;
+  double gathered = 0; // ZeRO-3: the all-gathered working copy of the stage's largest layer
+  double activations = 0;
+  double reserve = 0;
+
+  /// Weights, gradients and optimizer state: the ZeRO paper's "model states".
+  double modelStates() const { return weights + grads + optimizer; }
+  double total() const { return modelStates() + gathered + activations + reserve; }
+};
+
+struct MemoryEstimate {
+  std::vector<StageMemory> stages;
+  int64_t gpuMemory = 0;
+
+  /// The stage that needs the most bytes (the first one on a tie).
+  const StageMemory &worst() const;
+  double maxRankBytes() const { return worst().total(); }
+  bool fits() const { return maxRankBytes() <= double(gpuMemory); }
+};
+
+/// The memory of every stage of `program` under `mapping` (as built by checkMapping).
+MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping);
+
+/// Reports an error at the parallel block's header when a rank needs more than gpu.memory,
+/// with a note on the worst rank's breakdown and up to three changes parc verified to fit.
+/// Returns true when every rank fits.
+bool checkMemory(const Program &program, const Mapping &mapping, DiagnosticEngine &diags);
+
+} // namespace parc
+
+#endif

@@ -1,0 +1,29 @@
+//===- Report.h - The plan at a glance: layout, memory, FLOPs, traffic ----===//
+//
+// `parc --report` prints, after the diagnostics, what a person checks before launching: the
+// process groups and their links, the memory of every pipeline stage, the bubble, the FLOPs
+// of a step, the bytes each group moves and a first step-time and MFU estimate.
+// `--report=json` prints the same numbers for tools; its keys are documented in
+// docs/memory-and-cost.md and kept stable.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_COST_REPORT_H
+#define PARC_COST_REPORT_H
+
+#include "parc/Check/Mapping.h"
+#include "parc/Sema/Program.h"
+
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace parc {
+
+/// The report as aligned text tables.
+void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostream &os);
+
+/// The report as one JSON object.
+llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping);
+
+} // namespace parc
+
+#endif

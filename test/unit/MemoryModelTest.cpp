@@ -1,0 +1,270 @@
+#include "parc/Cost/MemoryModel.h"
+#include "parc/Cost/CostModel.h"
+#include <gtest/gtest.h>
+
+using namespace parc;
+
+namespace {
+
+ModelSpec gptModel(int64_t hidden, int64_t heads, int64_t blocks, int64_t vocab, int64_t seq,
+                   bool tied) {
+  ModelSpec m;
+  m.name = "gpt";
+  m.dtype = DType::BF16;
+  m.vocab = vocab;
+  m.seq = seq;
+  m.hidden = hidden;
+  m.heads = m.kvHeads = heads;
+  m.ffn = 4 * hidden;
+  LayerGroup embed;
+  embed.kind = LayerGroup::Embedding;
+  embed.name = "embed";
+  LayerGroup block;
+  block.kind = LayerGroup::Transformer;
+  block.name = "block";
+  block.count = blocks;
+  block.heads = block.kvHeads = heads;
+  block.ffn = 4 * hidden;
+  LayerGroup head;
+  head.kind = LayerGroup::LMHead;
+  head.name = "head";
+  if (tied)
+    head.tiedTo = "embed";
+  m.layers = {embed, block, head};
+  return m;
+}
+
+ModelSpec llama70b() {
+  ModelSpec m = gptModel(8192, 64, 80, 32000, 4096, false);
+  m.kvHeads = m.layers[1].kvHeads = 8;
+  m.ffn = m.layers[1].ffn = 28672;
+  m.norm = Norm::RMSNorm;
+  m.mlp = m.layers[1].mlp = MLPKind::SwiGLU;
+  m.position = Position::RoPE;
+  return m;
+}
+
+/// Blocks split evenly over pp * chunks virtual stages, as checkMapping builds it.
+Mapping evenMapping(const Program &p, int64_t chunks = 1) {
+  const ParallelSpec &par = p.parallel;
+  Mapping m;
+  m.tp = par.tp;
+  m.pp = par.pp;
+  m.dp = par.dp;
+  m.chunks = chunks;
+  m.microBatch = par.microBatch;
+  m.globalBatch = par.globalBatch;
+  m.microbatches = par.globalBatch / (par.microBatch * par.dp);
+  int64_t multiple = 128 * par.tp;
+  m.paddedVocab = (p.model.vocab + multiple - 1) / multiple * multiple;
+  m.layout = RankLayout(par.tp, par.pp, par.dp, par.order, p.cluster.gpusPerNode);
+  m.partition.pp = par.pp;
+  m.partition.chunks = chunks;
+  int64_t per = p.model.numBlocks() / (par.pp * chunks);
+  for (int64_t v = 0; v < par.pp * chunks; ++v)
+    m.partition.blocks.push_back({v * per, (v + 1) * per});
+  return m;
+}
+
+Program program(ModelSpec model, int64_t tp, int64_t pp, int64_t dp) {
+  Program p;
+  p.model = std::move(model);
+  p.cluster.nodes = tp * pp * dp / 8 > 0 ? tp * pp * dp / 8 : 1;
+  p.cluster.gpusPerNode = 8;
+  p.cluster.gpuMemory = int64_t(80) << 30;
+  p.cluster.gpuFlops = 312e12;
+  p.cluster.gpuReserve = int64_t(1) << 30;
+  p.cluster.intraNode = {300e9, 1e-6};
+  p.cluster.interNode = {25e9, 5e-6};
+  p.parallel.tp = tp;
+  p.parallel.pp = pp;
+  p.parallel.dp = dp;
+  p.parallel.globalBatch = 64 * dp;
+  return p;
+}
+
+} // namespace
+
+TEST(MemoryModel, GPTBlockHasTwelveHSquaredPlusThirteenH) {
+  ModelSpec m = gptModel(12288, 96, 96, 51200, 2048, true);
+  int64_t h = 12288;
+  ParamCount block = blockParams(m, m.layers[1]);
+  EXPECT_EQ(block.total(), 12 * h * h + 13 * h);
+  // Row-parallel biases (2h) and both LayerNorms (4h) are whole on every tp rank.
+  EXPECT_EQ(block.replicated, 6 * h);
+  EXPECT_EQ(block.perRank(8), (12 * h * h + 7 * h) / 8 + 6 * h);
+}
+
+TEST(MemoryModel, GPT3Has175BParameters) {
+  ModelSpec m = gptModel(12288, 96, 96, 51200, 2048, true);
+  int64_t n = totalParams(m, 51200);
+  EXPECT_NEAR(double(n) / 1e9, 174.6, 0.05);
+}
+
+TEST(MemoryModel, Llama2With70BMatchesTheReleasedCheckpoint) {
+  // 68,976,648,192 parameters in the released Llama-2-70B (no biases, RMSNorm, untied head).
+  EXPECT_EQ(totalParams(llama70b(), 32000), 68976648192);
+  EXPECT_FALSE(hasLinearBiases(llama70b()));
+}
+
+TEST(MemoryModel, BytesPerParameter) {
+  Program p = program(gptModel(1024, 16, 4, 1024, 128, true), 1, 1, 1);
+  EXPECT_DOUBLE_EQ(stateBytesPerParam(p).total(), 18); // bf16 + fp32 grads + 12 (Megatron)
+  p.train.gradDtype = DType::BF16;
+  EXPECT_DOUBLE_EQ(stateBytesPerParam(p).total(), 16); // the ZeRO paper's 2 + 2 + 12
+  p.model.dtype = DType::FP32;
+  p.train.gradDtype = DType::FP32;
+  EXPECT_DOUBLE_EQ(stateBytesPerParam(p).total(), 16); // 4 + 4 + two moments
+  p.model.dtype = DType::BF16;
+  p.train.optimizer = Optimizer::SGD;
+  EXPECT_DOUBLE_EQ(stateBytesPerParam(p).optimizer, 4); // master copy only
+  p.train.momentum = 0.9;
+  EXPECT_DOUBLE_EQ(stateBytesPerParam(p).optimizer, 8); // plus the momentum buffer
+}
+
+TEST(MemoryModel, ActivationsFollowKorthikantiTable2) {
+  ModelSpec m = gptModel(12288, 96, 96, 51200, 2048, true);
+  const LayerGroup &block = m.layers[1];
+  const double s = 2048, b = 1, h = 12288, a = 96, t = 8, sbh = s * b * h;
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 1, Recompute::None, false),
+                   sbh * (34 + 5 * a * s / h));
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::None, false),
+                   sbh * (10 + 24 / t + 5 * a * s / (h * t)));
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::None, true),
+                   sbh / t * (34 + 5 * a * s / h));
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::Selective, false),
+                   sbh * (10 + 24 / t));
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::Selective, true), sbh * 34 / t);
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::Full, true), 2 * sbh);
+  // Linear in the microbatch size.
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 4, 8, Recompute::Selective, true),
+                   4 * sbh * 34 / t);
+}
+
+TEST(MemoryModel, GroupedQueryAttentionAndSwiGLUActivations) {
+  ModelSpec m = llama70b();
+  const double s = 4096, h = 8192, kv = 1024, f = 28672;
+  // Norm and block inputs 8sbh + masks 2sbh, Q and attention output 4sbh, K and V 4 s kv,
+  // SwiGLU gate, up and product 6 s f; all split with sequence parallelism.
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, m.layers[1], 1, 8, Recompute::Selective, true),
+                   s * (14 * h + 4 * kv + 6 * f) / 8);
+}
+
+TEST(MemoryModel, MicrobatchesInFlight) {
+  EXPECT_EQ(microbatchesInFlight(ScheduleKind::GPipe, 4, 0, 8, 1), std::vector<int64_t>{8});
+  EXPECT_EQ(microbatchesInFlight(ScheduleKind::OneFOneB, 4, 0, 8, 1), std::vector<int64_t>{4});
+  EXPECT_EQ(microbatchesInFlight(ScheduleKind::OneFOneB, 4, 3, 8, 1), std::vector<int64_t>{1});
+  EXPECT_EQ(microbatchesInFlight(ScheduleKind::OneFOneB, 4, 0, 2, 1), std::vector<int64_t>{2});
+  // Megatron's warm-up on stage 0: 2 (pp - 1) + (chunks - 1) pp = 10 forwards, plus one.
+  EXPECT_EQ(microbatchesInFlight(ScheduleKind::Interleaved, 4, 0, 8, 2),
+            (std::vector<int64_t>{7, 4}));
+  EXPECT_EQ(microbatchesInFlight(ScheduleKind::Interleaved, 4, 3, 8, 2),
+            (std::vector<int64_t>{4, 1}));
+  // With M == pp Megatron runs every forward first.
+  EXPECT_EQ(microbatchesInFlight(ScheduleKind::Interleaved, 4, 3, 4, 2),
+            (std::vector<int64_t>{4, 4}));
+}
+
+TEST(MemoryModel, InterleavingCostsKorthikantiFactor) {
+  // Stage 0 of an interleaved schedule holds 1 + (p - 1) / (p m) times the 1F1B activations.
+  ModelSpec m = gptModel(4096, 32, 16, 51200, 2048, false);
+  Program p = program(m, 1, 4, 1);
+  p.parallel.schedule = ScheduleKind::OneFOneB;
+  double oneF = estimateMemory(p, evenMapping(p)).stages[0].activations;
+  p.parallel.schedule = ScheduleKind::Interleaved;
+  p.parallel.chunks = 2;
+  double inter = estimateMemory(p, evenMapping(p, 2)).stages[0].activations;
+  double perBlock = blockActivationBytes(m, m.layers[1], 1, 1, Recompute::None, false);
+  double embedding = 2048.0 * 4096;
+  EXPECT_DOUBLE_EQ(oneF - 4 * embedding, 4 * 4 * perBlock);
+  EXPECT_DOUBLE_EQ(inter - 7 * embedding, 4 * 4 * perBlock * (1 + 3.0 / 8));
+}
+
+TEST(MemoryModel, ZeROPaperModelStates) {
+  // Rajbhandari et al. 2020, figure 1: 7.5B parameters, 64 GPUs, 16 bytes per parameter.
+  ModelSpec m = gptModel(4096, 32, 36, 59392, 1024, true);
+  Program p = program(m, 1, 1, 64);
+  p.train.gradDtype = DType::BF16;
+  Mapping mapping = evenMapping(p);
+  const double psi = double(totalParams(m, mapping.paddedVocab));
+  EXPECT_NEAR(psi / 1e9, 7.5, 0.005);
+  const double expected[] = {16 * psi, 4 * psi + 12 * psi / 64, 2 * psi + 14 * psi / 64,
+                             16 * psi / 64};
+  const double paperGB[] = {120, 31.4, 16.6, 1.9};
+  for (int zero = 0; zero <= 3; ++zero) {
+    p.parallel.zero = zero;
+    StageMemory s = estimateMemory(p, mapping).stages[0];
+    EXPECT_DOUBLE_EQ(s.modelStates(), expected[zero]) << "zero " << zero;
+    EXPECT_NEAR(s.modelStates() / 1e9, paperGB[zero], 0.05) << "zero " << zero;
+    EXPECT_EQ(s.gathered > 0, zero == 3);
+  }
+}
+
+TEST(MemoryModel, TiedHeadCopyLivesOnTheLastStage) {
+  ModelSpec tied = gptModel(1024, 16, 8, 1024, 128, true);
+  Program p = program(tied, 1, 2, 1);
+  Mapping mapping = evenMapping(p);
+  MemoryEstimate est = estimateMemory(p, mapping);
+  int64_t blocks = 4 * blockParams(tied, tied.layers[1]).total();
+  EXPECT_EQ(est.stages[0].paramsPerRank, blocks + 1024 * 1024 + 128 * 1024);
+  EXPECT_EQ(est.stages[1].paramsPerRank, blocks + 1024 * 1024 + 2 * 1024);
+  // One stage: the head reuses the embedding's matrix.
+  Program single = program(tied, 1, 1, 1);
+  MemoryEstimate one = estimateMemory(single, evenMapping(single));
+  EXPECT_EQ(one.stages[0].paramsPerRank, totalParams(tied, 1024));
+}
+
+TEST(MemoryModel, GPT3FitsAsNarayananPublished) {
+  Program p = program(gptModel(12288, 96, 96, 51200, 2048, true), 8, 16, 8);
+  p.parallel.microBatch = 1;
+  p.parallel.globalBatch = 1536;
+  p.parallel.schedule = ScheduleKind::Interleaved;
+  p.parallel.chunks = 2;
+  p.parallel.zero = 1;
+  p.parallel.recompute = Recompute::Selective;
+  p.parallel.sequenceParallel = true;
+  MemoryEstimate est = estimateMemory(p, evenMapping(p, 2));
+  EXPECT_TRUE(est.fits());
+  EXPECT_EQ(est.worst().stage, 0);
+  EXPECT_LT(est.maxRankBytes(), 40.0 * (int64_t(1) << 30));
+}
+
+TEST(CostModel, NarayananFlopsFormula) {
+  // Without recompute the model FLOPs are 72 B s l h^2 (1 + s / 6h + V / 12 l h).
+  ModelSpec m = gptModel(12288, 96, 96, 51200, 2048, true);
+  Program p = program(m, 8, 16, 8);
+  p.parallel.globalBatch = 1536;
+  Mapping mapping = evenMapping(p);
+  CostEstimate cost = estimateCost(p, mapping);
+  const double B = 1536, s = 2048, l = 96, h = 12288, V = 51200;
+  double expected = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+  EXPECT_NEAR(cost.modelFlops / expected, 1.0, 1e-12);
+  // Full recompute adds one forward of the blocks: Narayanan's 96 B s l h^2 (...).
+  p.parallel.recompute = Recompute::Full;
+  cost = estimateCost(p, mapping);
+  double withRecompute = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+  EXPECT_NEAR(cost.hardwareFlops / withRecompute, 1.0, 1e-12);
+  EXPECT_GT(cost.mfu, 0.0);
+  EXPECT_LT(cost.mfu, 1.0);
+}
+
+TEST(CostModel, DataParallelVolumeByZeROStage) {
+  // The ZeRO paper, section 7: stages 1 and 2 move what an all-reduce moves (2 psi); stage 3
+  // moves 1.5 times as much (one microbatch per step).
+  ModelSpec m = gptModel(1024, 16, 8, 1024, 128, true);
+  Program p = program(m, 1, 1, 64);
+  p.parallel.globalBatch = 64;
+  p.train.gradDtype = DType::BF16;
+  Mapping mapping = evenMapping(p);
+  auto dpBytes = [&](int zero) {
+    p.parallel.zero = zero;
+    for (const GroupTraffic &g : estimateCost(p, mapping).traffic)
+      if (g.kind == "dp")
+        return g.bytesPerRank;
+    return -1.0;
+  };
+  double base = dpBytes(0);
+  EXPECT_DOUBLE_EQ(dpBytes(1), base);
+  EXPECT_DOUBLE_EQ(dpBytes(2), base);
+  EXPECT_DOUBLE_EQ(dpBytes(3), 1.5 * base);
+}
