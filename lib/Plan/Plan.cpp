@@ -1,0 +1,310 @@
+//===- Plan.cpp - Spellings, op signatures and helpers of the plan IR ------===//
+
+#include "parc/Plan/Plan.h"
+
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/ErrorHandling.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+using llvm::ArrayRef;
+using llvm::StringLiteral;
+using llvm::StringRef;
+
+namespace parc::plan {
+
+// Each table is indexed by the enumerator, so its order must follow the enum declaration.
+ArrayRef<StringLiteral> spellings(DType) {
+  static constexpr StringLiteral names[] = {"fp32", "bf16", "fp16", "int64"};
+  return names;
+}
+ArrayRef<StringLiteral> spellings(Norm) {
+  static constexpr StringLiteral names[] = {"layernorm", "rmsnorm"};
+  return names;
+}
+ArrayRef<StringLiteral> spellings(MLP) {
+  static constexpr StringLiteral names[] = {"gelu", "swiglu"};
+  return names;
+}
+ArrayRef<StringLiteral> spellings(Position) {
+  static constexpr StringLiteral names[] = {"learned", "rope"};
+  return names;
+}
+ArrayRef<StringLiteral> spellings(Schedule) {
+  static constexpr StringLiteral names[] = {"gpipe", "1f1b", "interleaved"};
+  return names;
+}
+ArrayRef<StringLiteral> spellings(Recompute) {
+  static constexpr StringLiteral names[] = {"none", "selective", "full"};
+  return names;
+}
+ArrayRef<StringLiteral> spellings(Optimizer) {
+  static constexpr StringLiteral names[] = {"adam", "sgd"};
+  return names;
+}
+ArrayRef<StringLiteral> spellings(Group) {
+  static constexpr StringLiteral names[] = {"tp", "pp", "dp", "model", "embedding"};
+  return names;
+}
+ArrayRef<StringLiteral> spellings(ShardKind) {
+  static constexpr StringLiteral names[] = {"column", "row", "vocab", "replicated"};
+  return names;
+}
+ArrayRef<StringLiteral> spellings(InitKind) {
+  static constexpr StringLiteral names[] = {"normal", "zeros", "ones"};
+  return names;
+}
+ArrayRef<StringLiteral> spellings(OpKind) {
+  static constexpr StringLiteral names[] = {"embedding",
+                                            "position_embedding",
+                                            "layernorm",
+                                            "rmsnorm",
+                                            "matmul",
+                                            "bias_add",
+                                            "rope",
+                                            "attention",
+                                            "gelu",
+                                            "swiglu",
+                                            "residual_add",
+                                            "split",
+                                            "all_reduce",
+                                            "all_gather",
+                                            "reduce_scatter",
+                                            "cross_entropy",
+                                            "embedding_bwd",
+                                            "position_embedding_bwd",
+                                            "layernorm_bwd",
+                                            "rmsnorm_bwd",
+                                            "matmul_bwd",
+                                            "bias_add_bwd",
+                                            "rope_bwd",
+                                            "attention_bwd",
+                                            "gelu_bwd",
+                                            "swiglu_bwd",
+                                            "residual_add_bwd",
+                                            "split_bwd",
+                                            "cross_entropy_bwd"};
+  static_assert(std::size(names) == size_t(OpKind::CrossEntropyBwd) + 1);
+  return names;
+}
+ArrayRef<StringLiteral> spellings(InstrKind) {
+  static constexpr StringLiteral names[] = {"load_batch",
+                                            "fwd",
+                                            "bwd",
+                                            "send_act",
+                                            "recv_act",
+                                            "send_grad",
+                                            "recv_grad",
+                                            "all_reduce_grads",
+                                            "reduce_scatter_grads",
+                                            "all_gather_params",
+                                            "release_params",
+                                            "optimizer_step"};
+  static_assert(std::size(names) == size_t(InstrKind::OptimizerStep) + 1);
+  return names;
+}
+
+StringRef spelling(AttrType type) {
+  switch (type) {
+  case AttrType::Bool:
+    return "a boolean";
+  case AttrType::Int:
+    return "an integer";
+  case AttrType::Number:
+    return "a number";
+  case AttrType::Group:
+    return "a group name";
+  }
+  llvm_unreachable("unknown attribute type");
+}
+
+std::string rankFileName(int64_t rank) {
+  std::string name;
+  llvm::raw_string_ostream os(name);
+  os << "rank-" << llvm::format("%05lld", static_cast<long long>(rank)) << ".json";
+  return os.str();
+}
+
+std::string gradName(StringRef tensor) { return (tensor + ".grad").str(); }
+
+//===----------------------------------------------------------------------===//
+// Op signatures
+//===----------------------------------------------------------------------===//
+
+namespace {
+constexpr AttrSpec vocabAttrs[] = {{"vocab_offset", AttrType::Int}};
+constexpr AttrSpec epsAttrs[] = {{"eps", AttrType::Number}};
+constexpr AttrSpec matmulAttrs[] = {{"trans_a", AttrType::Bool}, {"trans_b", AttrType::Bool}};
+constexpr AttrSpec ropeAttrs[] = {{"heads", AttrType::Int}, {"theta", AttrType::Number}};
+constexpr AttrSpec attentionAttrs[] = {
+    {"causal", AttrType::Bool}, {"heads", AttrType::Int}, {"kv_heads", AttrType::Int}};
+constexpr AttrSpec dimAttrs[] = {{"dim", AttrType::Int}};
+constexpr AttrSpec groupAttrs[] = {{"group", AttrType::Group}};
+constexpr AttrSpec groupDimAttrs[] = {{"group", AttrType::Group}, {"dim", AttrType::Int}};
+constexpr AttrSpec lossAttrs[] = {{"group", AttrType::Group}, {"vocab_offset", AttrType::Int}};
+
+constexpr int many = OpInfo::AtLeastTwo;
+} // namespace
+
+const OpInfo &opInfo(OpKind kind) {
+  // {inputs, outputs, backwardOnly, attrs}; docs/plan-format.md names each operand.
+  static const OpInfo table[] = {
+      {2, 1, false, vocabAttrs},     // embedding: ids, weight -> y
+      {2, 1, false, {}},             // position_embedding: x, weight -> y
+      {3, 1, false, epsAttrs},       // layernorm: x, weight, bias -> y
+      {2, 1, false, epsAttrs},       // rmsnorm: x, weight -> y
+      {2, 1, false, matmulAttrs},    // matmul: a, b -> c
+      {2, 1, false, {}},             // bias_add: x, bias -> y
+      {1, 1, false, ropeAttrs},      // rope: x -> y
+      {3, 1, false, attentionAttrs}, // attention: q, k, v -> y
+      {1, 1, false, {}},             // gelu
+      {1, 1, false, {}},             // swiglu
+      {2, 1, false, {}},             // residual_add: a, b -> y
+      {1, many, false, dimAttrs},    // split: x -> parts
+      {1, 1, false, groupAttrs},     // all_reduce
+      {1, 1, false, groupDimAttrs},  // all_gather
+      {1, 1, false, groupDimAttrs},  // reduce_scatter
+      {2, 1, false, lossAttrs},      // cross_entropy: logits, labels -> loss
+      {2, 1, true, vocabAttrs},      // embedding_bwd: ids, dy -> dweight
+      {1, 2, true, {}},              // position_embedding_bwd: dy -> dx, dweight
+      {3, 3, true, epsAttrs},        // layernorm_bwd: x, weight, dy -> dx, dweight, dbias
+      {3, 2, true, epsAttrs},        // rmsnorm_bwd: x, weight, dy -> dx, dweight
+      {3, 2, true, matmulAttrs},     // matmul_bwd: a, b, dc -> da, db
+      {1, 2, true, {}},              // bias_add_bwd: dy -> dx, dbias
+      {1, 1, true, ropeAttrs},       // rope_bwd: dy -> dx
+      {4, 3, true, attentionAttrs},  // attention_bwd: q, k, v, dy -> dq, dk, dv
+      {2, 1, true, {}},              // gelu_bwd: x, dy -> dx
+      {2, 1, true, {}},              // swiglu_bwd: x, dy -> dx
+      {1, 2, true, {}},              // residual_add_bwd: dy -> da, db
+      {many, 1, true, dimAttrs},     // split_bwd: dparts -> dx
+      {3, 1, true, lossAttrs},       // cross_entropy_bwd: logits, labels, dloss -> dlogits
+  };
+  static_assert(std::size(table) == size_t(OpKind::CrossEntropyBwd) + 1);
+  return table[static_cast<size_t>(kind)];
+}
+
+namespace {
+template <typename T> const T &attrAs(const Op &op, StringRef name) {
+  auto it = op.attrs.find(name.str());
+  if (it == op.attrs.end() || !std::holds_alternative<T>(it->second))
+    llvm::report_fatal_error("plan op '" + spelling(op.kind) + "' has no attribute '" + name +
+                             "' of the requested type; was the plan read and verified?");
+  return std::get<T>(it->second);
+}
+} // namespace
+
+bool Op::boolAttr(StringRef name) const { return attrAs<bool>(*this, name); }
+int64_t Op::intAttr(StringRef name) const { return attrAs<int64_t>(*this, name); }
+double Op::numberAttr(StringRef name) const { return attrAs<double>(*this, name); }
+Group Op::groupAttr(StringRef name) const {
+  std::optional<Group> group = parseSpelling<Group>(attrAs<std::string>(*this, name));
+  if (!group)
+    llvm::report_fatal_error("plan op '" + spelling(kind) + "' attribute '" + name +
+                             "' is not a group name");
+  return *group;
+}
+
+//===----------------------------------------------------------------------===//
+// Small helpers
+//===----------------------------------------------------------------------===//
+
+const std::vector<int64_t> &Groups::get(Group group) const {
+  switch (group) {
+  case Group::TP:
+    return tp;
+  case Group::PP:
+    return pp;
+  case Group::DP:
+    return dp;
+  case Group::Model:
+    return model;
+  case Group::Embedding:
+    return embedding;
+  }
+  llvm_unreachable("unknown group");
+}
+
+std::vector<int64_t> &Groups::get(Group group) {
+  return const_cast<std::vector<int64_t> &>(static_cast<const Groups *>(this)->get(group));
+}
+
+std::vector<int64_t> ParamShard::localShape() const {
+  std::vector<int64_t> shape;
+  for (const Slice &s : slice)
+    shape.push_back(s.size);
+  return shape;
+}
+
+const ParamShard *RankPlan::findParam(StringRef name) const {
+  for (const ParamShard &param : params)
+    if (param.name == name)
+      return &param;
+  return nullptr;
+}
+
+Instr Instr::loadBatch(int64_t microbatch) {
+  Instr instr;
+  instr.op = InstrKind::LoadBatch;
+  instr.microbatch = microbatch;
+  return instr;
+}
+
+Instr Instr::compute(InstrKind op, int64_t chunk, int64_t microbatch) {
+  Instr instr;
+  instr.op = op;
+  instr.chunk = chunk;
+  instr.microbatch = microbatch;
+  return instr;
+}
+
+Instr Instr::transfer(InstrKind op, int64_t peer, int64_t chunk, int64_t microbatch) {
+  Instr instr = compute(op, chunk, microbatch);
+  instr.peer = peer;
+  return instr;
+}
+
+Instr Instr::gradCollective(InstrKind op, Group group, bool average,
+                            std::vector<std::string> params) {
+  Instr instr;
+  instr.op = op;
+  instr.group = group;
+  instr.average = average;
+  instr.params = std::move(params);
+  return instr;
+}
+
+Instr Instr::allGatherParams(Group group, std::vector<std::string> params) {
+  Instr instr;
+  instr.op = InstrKind::AllGatherParams;
+  instr.group = group;
+  instr.params = std::move(params);
+  return instr;
+}
+
+Instr Instr::releaseParams(std::vector<std::string> params) {
+  Instr instr;
+  instr.op = InstrKind::ReleaseParams;
+  instr.params = std::move(params);
+  return instr;
+}
+
+Instr Instr::optimizerStep(std::vector<Group> normGroups) {
+  Instr instr;
+  instr.op = InstrKind::OptimizerStep;
+  instr.normGroups = std::move(normGroups);
+  return instr;
+}
+
+bool isTransfer(InstrKind op) {
+  return op == InstrKind::SendAct || op == InstrKind::RecvAct || op == InstrKind::SendGrad ||
+         op == InstrKind::RecvGrad;
+}
+
+bool isCompute(InstrKind op) { return op == InstrKind::Forward || op == InstrKind::Backward; }
+
+bool usesParams(InstrKind op) {
+  return op == InstrKind::AllReduceGrads || op == InstrKind::ReduceScatterGrads ||
+         op == InstrKind::AllGatherParams || op == InstrKind::ReleaseParams;
+}
+
+} // namespace parc::plan
