@@ -1,0 +1,170 @@
+//===- Communicator.cpp - Argument checks shared by every communicator -----===//
+
+#include "parc/Runtime/Communicator.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+using llvm::ArrayRef;
+using llvm::StringRef;
+
+namespace parc::runtime {
+
+size_t sizeOf(ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+    return sizeof(float);
+  case ElementType::F64:
+    return sizeof(double);
+  }
+  return 0;
+}
+
+StringRef spelling(ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+    return "f32";
+  case ElementType::F64:
+    return "f64";
+  }
+  return "?";
+}
+
+StringRef spelling(ReduceOp op) {
+  switch (op) {
+  case ReduceOp::Sum:
+    return "sum";
+  case ReduceOp::Max:
+    return "max";
+  }
+  return "?";
+}
+
+template <typename T>
+static void accumulateTyped(ReduceOp op, T *accumulator, const T *input, size_t count) {
+  switch (op) {
+  case ReduceOp::Sum:
+    for (size_t k = 0; k < count; ++k)
+      accumulator[k] += input[k];
+    return;
+  case ReduceOp::Max:
+    for (size_t k = 0; k < count; ++k)
+      if (!std::isnan(accumulator[k]) && (input[k] > accumulator[k] || std::isnan(input[k])))
+        accumulator[k] = input[k];
+    return;
+  }
+}
+
+void accumulate(ReduceOp op, ElementType type, void *accumulator, const void *input, size_t count) {
+  switch (type) {
+  case ElementType::F32:
+    return accumulateTyped(op, static_cast<float *>(accumulator), static_cast<const float *>(input),
+                           count);
+  case ElementType::F64:
+    return accumulateTyped(op, static_cast<double *>(accumulator),
+                           static_cast<const double *>(input), count);
+  }
+}
+
+std::string formatGroup(ArrayRef<int64_t> group) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << '[';
+  llvm::interleaveComma(group, os);
+  os << ']';
+  return os.str();
+}
+
+Communicator::~Communicator() = default;
+
+std::string Communicator::describe(StringRef op, Group group) const {
+  std::string over = group.empty() ? "all ranks" : "group " + formatGroup(group);
+  return (op + " over " + over + " on rank " + llvm::Twine(rank())).str();
+}
+
+std::string Communicator::describe(ArrayRef<Transfer> transfers) const {
+  std::string text;
+  for (const Transfer &transfer : transfers)
+    text += (text.empty() ? "" : " and ") +
+            std::string(transfer.kind == Transfer::Kind::Send ? "send to" : "recv from") +
+            " rank " + std::to_string(transfer.peer) + " with tag " + std::to_string(transfer.tag);
+  return text + " on rank " + std::to_string(rank());
+}
+
+GroupCall Communicator::locate(Group group, StringRef op) {
+  checkNotFailed([&] { return describe(op, group); });
+  auto invalid = [&](const llvm::Twine &why) { fail(describe(op, group) + ": " + why.str()); };
+  if (group.empty())
+    invalid("the group is empty; pass the plan's rank list of the group");
+  std::optional<size_t> position;
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (group[i] < 0 || group[i] >= world())
+      invalid("rank " + llvm::Twine(group[i]) + " is outside the world of " + llvm::Twine(world()) +
+              " ranks");
+    for (size_t j = 0; j < i; ++j)
+      if (group[j] == group[i])
+        invalid("rank " + llvm::Twine(group[i]) + " appears twice");
+    if (group[i] == rank())
+      position = i;
+  }
+  if (!position)
+    invalid("this rank is not a member; only members may call a group's collectives");
+  return {group, *position};
+}
+
+void Communicator::allReduce(Group group, ReduceOp op, ElementType type, void *data, size_t count) {
+  GroupCall call = locate(group, "all_reduce");
+  if (group.size() > 1)
+    allReduceImpl(call, op, type, data, count);
+}
+
+void Communicator::reduceScatter(Group group, ReduceOp op, ElementType type, const void *input,
+                                 void *output, size_t countPerMember) {
+  GroupCall call = locate(group, "reduce_scatter");
+  if (group.size() > 1)
+    return reduceScatterImpl(call, op, type, input, output, countPerMember);
+  if (countPerMember)
+    std::memmove(output, input, countPerMember * sizeOf(type));
+}
+
+void Communicator::allGather(Group group, ElementType type, const void *input, void *output,
+                             size_t countPerMember) {
+  GroupCall call = locate(group, "all_gather");
+  if (group.size() > 1)
+    return allGatherImpl(call, type, input, output, countPerMember);
+  if (countPerMember)
+    std::memmove(output, input, countPerMember * sizeOf(type));
+}
+
+void Communicator::exchange(ArrayRef<Transfer> transfers) {
+  checkNotFailed([&] { return describe(transfers); });
+  for (const Transfer &transfer : transfers) {
+    if (transfer.peer < 0 || transfer.peer >= world())
+      fail(describe(transfer) + ": the peer is outside the world of " + std::to_string(world()) +
+           " ranks");
+    if (transfer.tag < 0)
+      fail(describe(transfer) + ": the tag is negative; tags must be >= 0");
+  }
+  if (!transfers.empty())
+    exchangeImpl(transfers);
+}
+
+void Communicator::barrier(Group group) {
+  GroupCall call = locate(group, "barrier");
+  if (group.size() > 1)
+    barrierImpl(call);
+}
+
+std::vector<std::string> Communicator::agree(StringRef mine) {
+  checkNotFailed([&] { return describe("agree", {}); });
+  if (world() == 1)
+    return {mine.str()};
+  return agreeImpl(mine);
+}
+
+} // namespace parc::runtime

@@ -1,0 +1,411 @@
+//===- LocalCommunicator.cpp - Every rank a thread of one process ---------===//
+//
+// All ranks share one State under one mutex. A collective meets in a slot keyed by its group
+// and the group's sequence number on the caller; the last member to arrive folds the copied
+// inputs in list order and the others copy the result out, so every member reads the same
+// bytes. Sends copy into a mailbox and return; receives wait on their mailbox. The first
+// failure (a timeout, an abort, a rank whose body threw) is recorded in the State and every
+// wait checks for it, so no rank waits on one that will never come.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parc/Runtime/Communicator.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/Twine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+using llvm::ArrayRef;
+using llvm::StringRef;
+
+namespace parc::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class CollectiveKind { AllReduce, ReduceScatter, AllGather, Barrier, Agree };
+
+StringRef spelling(CollectiveKind kind) {
+  switch (kind) {
+  case CollectiveKind::AllReduce:
+    return "all_reduce";
+  case CollectiveKind::ReduceScatter:
+    return "reduce_scatter";
+  case CollectiveKind::AllGather:
+    return "all_gather";
+  case CollectiveKind::Barrier:
+    return "barrier";
+  case CollectiveKind::Agree:
+    return "agree";
+  }
+  return "?";
+}
+
+/// What every member of one collective must agree on.
+struct Signature {
+  CollectiveKind kind;
+  ReduceOp op = ReduceOp::Sum;
+  ElementType type = ElementType::F64;
+  size_t count = 0; // per member for reduce_scatter and all_gather
+
+  bool operator==(const Signature &other) const {
+    return std::tie(kind, op, type, count) ==
+           std::tie(other.kind, other.op, other.type, other.count);
+  }
+  std::string str() const {
+    std::string text = spelling(kind).str();
+    if (kind == CollectiveKind::AllReduce || kind == CollectiveKind::ReduceScatter)
+      text += " (" + spelling(op).str() + ")";
+    if (kind != CollectiveKind::Barrier && kind != CollectiveKind::Agree)
+      text += " of " + std::to_string(count) + " x " + spelling(type).str();
+    return text;
+  }
+};
+
+struct Slot {
+  Signature signature;
+  int64_t firstRank = -1;
+  std::vector<std::vector<char>> inputs; // by position
+  std::vector<std::string> strings;      // agree, by position
+  std::vector<bool> present;
+  size_t arrivals = 0, departures = 0;
+  bool complete = false;
+  std::vector<char> result;
+};
+
+struct Message {
+  ElementType type;
+  size_t count;
+  std::vector<char> bytes;
+};
+
+std::string formatSeconds(double seconds) {
+  std::string text;
+  llvm::raw_string_ostream(text) << llvm::format("%g s", seconds);
+  return text;
+}
+
+Clock::time_point deadlineAfter(double seconds) {
+  // Anything beyond a year is "no deadline" and must not overflow the clock.
+  double clamped = std::min(std::max(seconds, 0.0), 365.0 * 24 * 3600);
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(clamped));
+}
+
+} // namespace
+
+struct LocalWorld::State {
+  State(int64_t world) : world(world) {}
+
+  /// Records the first failure and wakes every waiting rank. The caller holds the mutex.
+  void recordFailure(const std::string &message) {
+    if (failure.empty())
+      failure = message;
+    changed.notify_all();
+  }
+
+  int64_t world;
+  mutable std::mutex mutex;
+  std::condition_variable changed;
+  std::string failure;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::deque<Message>> mailboxes;
+  std::map<std::pair<std::vector<int64_t>, uint64_t>, Slot> slots;
+  std::vector<std::unique_ptr<Communicator>> communicators;
+};
+
+namespace {
+
+class LocalCommunicator final : public Communicator {
+public:
+  LocalCommunicator(LocalWorld::State &state, int64_t rank, CommOptions options)
+      : Communicator(options), state(state), myRank(rank) {}
+
+  int64_t rank() const override { return myRank; }
+  int64_t world() const override { return state.world; }
+
+  [[noreturn]] void abort(StringRef message) override {
+    fail(("rank " + llvm::Twine(myRank) + " aborted: " + message).str());
+  }
+
+private:
+  using Lock = std::unique_lock<std::mutex>;
+
+  [[noreturn]] void fail(const std::string &message) override {
+    Lock lock(state.mutex);
+    failLocked(message);
+  }
+  [[noreturn]] void failLocked(const std::string &message) {
+    state.recordFailure(message);
+    throw CommError(message);
+  }
+  void checkNotFailed(llvm::function_ref<std::string()> what) override {
+    Lock lock(state.mutex);
+    if (!state.failure.empty())
+      checkNotFailedLocked(what());
+  }
+  void checkNotFailedLocked(const std::string &what) {
+    if (!state.failure.empty())
+      throw CommError(what + " gave up because the job failed: " + state.failure);
+  }
+
+  /// Waits until `ready()`, or throws when the job fails or the deadline passes; `waitingFor`
+  /// says whom the caller still needs, for the timeout message.
+  template <typename Ready, typename WaitingFor>
+  void wait(Lock &lock, Clock::time_point deadline, const std::string &what, Ready ready,
+            WaitingFor waitingFor) {
+    bool done =
+        state.changed.wait_until(lock, deadline, [&] { return ready() || !state.failure.empty(); });
+    checkNotFailedLocked(what);
+    if (!done)
+      failLocked("timed out after " + formatSeconds(timeoutSeconds()) + " in " + what +
+                 ", waiting for " + waitingFor());
+  }
+
+  /// Contributes `input` (or `text`, for agree) to the group's next collective and returns the
+  /// completed slot; the caller copies its result out and then calls depart().
+  Slot &meet(GroupCall group, const Signature &signature, const void *input, size_t inputBytes,
+             StringRef text, std::pair<std::vector<int64_t>, uint64_t> &key) {
+    key.first.assign(group.ranks.begin(), group.ranks.end());
+    key.second = nextSequence[key.first]++;
+    std::string what = describe(spelling(signature.kind),
+                                signature.kind == CollectiveKind::Agree ? Group() : group.ranks);
+    Clock::time_point deadline = deadlineAfter(timeoutSeconds());
+    const char *bytes = static_cast<const char *>(input);
+    std::vector<char> copy(bytes, bytes + inputBytes);
+    size_t members = group.ranks.size();
+
+    Lock lock(state.mutex);
+    checkNotFailedLocked(what);
+    auto [it, inserted] = state.slots.try_emplace(key);
+    Slot &slot = it->second;
+    if (inserted) {
+      slot.signature = signature;
+      slot.firstRank = myRank;
+      slot.inputs.resize(members);
+      slot.strings.resize(members);
+      slot.present.assign(members, false);
+    } else if (!(slot.signature == signature)) {
+      failLocked("mismatched collectives over group " + formatGroup(group.ranks) + ": rank " +
+                 std::to_string(slot.firstRank) + " called " + slot.signature.str() + ", rank " +
+                 std::to_string(myRank) + " called " + signature.str() + " (collective " +
+                 std::to_string(key.second) + " of this group)");
+    }
+    slot.inputs[group.position] = std::move(copy);
+    slot.strings[group.position] = text.str();
+    slot.present[group.position] = true;
+    if (++slot.arrivals < members) {
+      wait(
+          lock, deadline, what, [&] { return slot.complete; },
+          [&] {
+            std::vector<int64_t> missing;
+            for (size_t i = 0; i < members; ++i)
+              if (!slot.present[i])
+                missing.push_back(group.ranks[i]);
+            std::string text = missing.size() == 1 ? "rank " : "ranks ";
+            llvm::raw_string_ostream os(text);
+            llvm::interleaveComma(missing, os);
+            return os.str();
+          });
+      return slot;
+    }
+    // Every member has arrived and none touches the slot until it is complete, so the fold
+    // can run without the lock; std::map keeps the slot in place while others insert.
+    lock.unlock();
+    fold(slot, members);
+    lock.lock();
+    slot.complete = true;
+    state.changed.notify_all();
+    return slot;
+  }
+
+  void depart(const std::pair<std::vector<int64_t>, uint64_t> &key, size_t members) {
+    Lock lock(state.mutex);
+    auto it = state.slots.find(key);
+    if (++it->second.departures == members)
+      state.slots.erase(it);
+  }
+
+  static void fold(Slot &slot, size_t members) {
+    const Signature &signature = slot.signature;
+    switch (signature.kind) {
+    case CollectiveKind::AllReduce:
+    case CollectiveKind::ReduceScatter: {
+      size_t count =
+          signature.kind == CollectiveKind::AllReduce ? signature.count : signature.count * members;
+      slot.result = slot.inputs[0];
+      for (size_t i = 1; i < members; ++i)
+        accumulate(signature.op, signature.type, slot.result.data(), slot.inputs[i].data(), count);
+      return;
+    }
+    case CollectiveKind::AllGather:
+      for (const std::vector<char> &input : slot.inputs)
+        slot.result.insert(slot.result.end(), input.begin(), input.end());
+      return;
+    case CollectiveKind::Barrier:
+    case CollectiveKind::Agree:
+      return;
+    }
+  }
+
+  void allReduceImpl(GroupCall group, ReduceOp op, ElementType type, void *data,
+                     size_t count) override {
+    size_t bytes = count * sizeOf(type);
+    std::pair<std::vector<int64_t>, uint64_t> key;
+    Slot &slot = meet(group, {CollectiveKind::AllReduce, op, type, count}, data, bytes, "", key);
+    if (bytes)
+      std::memcpy(data, slot.result.data(), bytes);
+    depart(key, group.ranks.size());
+  }
+
+  void reduceScatterImpl(GroupCall group, ReduceOp op, ElementType type, const void *input,
+                         void *output, size_t countPerMember) override {
+    size_t partBytes = countPerMember * sizeOf(type);
+    std::pair<std::vector<int64_t>, uint64_t> key;
+    Slot &slot = meet(group, {CollectiveKind::ReduceScatter, op, type, countPerMember}, input,
+                      partBytes * group.ranks.size(), "", key);
+    if (partBytes)
+      std::memcpy(output, slot.result.data() + group.position * partBytes, partBytes);
+    depart(key, group.ranks.size());
+  }
+
+  void allGatherImpl(GroupCall group, ElementType type, const void *input, void *output,
+                     size_t countPerMember) override {
+    size_t partBytes = countPerMember * sizeOf(type);
+    std::pair<std::vector<int64_t>, uint64_t> key;
+    Slot &slot = meet(group, {CollectiveKind::AllGather, ReduceOp::Sum, type, countPerMember},
+                      input, partBytes, "", key);
+    if (partBytes)
+      std::memcpy(output, slot.result.data(), partBytes * group.ranks.size());
+    depart(key, group.ranks.size());
+  }
+
+  void barrierImpl(GroupCall group) override {
+    std::pair<std::vector<int64_t>, uint64_t> key;
+    meet(group, {CollectiveKind::Barrier}, nullptr, 0, "", key);
+    depart(key, group.ranks.size());
+  }
+
+  std::vector<std::string> agreeImpl(StringRef mine) override {
+    std::vector<int64_t> everyone(state.world);
+    for (int64_t rank = 0; rank < state.world; ++rank)
+      everyone[rank] = rank;
+    std::pair<std::vector<int64_t>, uint64_t> key;
+    Slot &slot = meet({everyone, static_cast<size_t>(myRank)}, {CollectiveKind::Agree}, nullptr, 0,
+                      mine, key);
+    std::vector<std::string> all = slot.strings;
+    depart(key, everyone.size());
+    return all;
+  }
+
+  void exchangeImpl(ArrayRef<Transfer> transfers) override {
+    Clock::time_point deadline = deadlineAfter(timeoutSeconds());
+    std::vector<Message> outgoing;
+    for (const Transfer &transfer : transfers) {
+      if (transfer.kind != Transfer::Kind::Send)
+        continue;
+      const char *bytes = static_cast<const char *>(transfer.data);
+      outgoing.push_back(
+          {transfer.type, transfer.count,
+           std::vector<char>(bytes, bytes + transfer.count * sizeOf(transfer.type))});
+    }
+    Lock lock(state.mutex);
+    if (!state.failure.empty())
+      checkNotFailedLocked(describe(transfers));
+    size_t next = 0;
+    for (const Transfer &transfer : transfers)
+      if (transfer.kind == Transfer::Kind::Send)
+        state.mailboxes[{myRank, transfer.peer, transfer.tag}].push_back(
+            std::move(outgoing[next++]));
+    state.changed.notify_all();
+
+    for (const Transfer &transfer : transfers) {
+      if (transfer.kind != Transfer::Kind::Recv)
+        continue;
+      std::string what = describe(transfer);
+      std::tuple<int64_t, int64_t, int64_t> box{transfer.peer, myRank, transfer.tag};
+      wait(
+          lock, deadline, what,
+          [&] {
+            auto it = state.mailboxes.find(box);
+            return it != state.mailboxes.end() && !it->second.empty();
+          },
+          [&] { return "the matching send of rank " + std::to_string(transfer.peer); });
+      auto it = state.mailboxes.find(box);
+      Message message = std::move(it->second.front());
+      it->second.pop_front();
+      if (it->second.empty())
+        state.mailboxes.erase(it);
+      if (message.type != transfer.type || message.count != transfer.count)
+        failLocked(what + ": rank " + std::to_string(transfer.peer) + " sent " +
+                   std::to_string(message.count) + " x " + spelling(message.type).str() + " but " +
+                   std::to_string(transfer.count) + " x " + spelling(transfer.type).str() +
+                   " were expected");
+      lock.unlock();
+      if (!message.bytes.empty())
+        std::memcpy(transfer.data, message.bytes.data(), message.bytes.size());
+      lock.lock();
+    }
+  }
+
+  LocalWorld::State &state;
+  int64_t myRank;
+  /// Touched only by this rank's thread.
+  std::map<std::vector<int64_t>, uint64_t> nextSequence;
+};
+
+} // namespace
+
+LocalWorld::LocalWorld(int64_t world, CommOptions options) : state(std::make_unique<State>(world)) {
+  if (world < 1)
+    throw CommError("a local world needs at least one rank, not " + std::to_string(world));
+  for (int64_t rank = 0; rank < world; ++rank)
+    state->communicators.push_back(std::make_unique<LocalCommunicator>(*state, rank, options));
+}
+
+LocalWorld::~LocalWorld() = default;
+
+int64_t LocalWorld::world() const { return state->world; }
+
+Communicator &LocalWorld::communicator(int64_t rank) { return *state->communicators.at(rank); }
+
+std::string LocalWorld::failure() const {
+  std::lock_guard<std::mutex> lock(state->mutex);
+  return state->failure;
+}
+
+std::vector<std::string> LocalWorld::run(const std::function<void(Communicator &)> &body) {
+  std::vector<std::string> errors(state->world);
+  auto runRank = [&](int64_t rank) {
+    auto failed = [&](const std::string &message) {
+      errors[rank] = message;
+      std::lock_guard<std::mutex> lock(state->mutex);
+      state->recordFailure("rank " + std::to_string(rank) + " failed: " + message);
+    };
+    try {
+      body(*state->communicators[rank]);
+    } catch (const std::exception &error) {
+      failed(error.what());
+    } catch (...) {
+      failed("an exception that is not a std::exception");
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int64_t rank = 0; rank < state->world; ++rank)
+    threads.emplace_back(runRank, rank);
+  for (std::thread &thread : threads)
+    thread.join();
+  return errors;
+}
+
+} // namespace parc::runtime
