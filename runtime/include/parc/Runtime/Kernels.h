@@ -1,0 +1,228 @@
+//===- Kernels.h - CPU kernels of parrun, forward and backward of each op -===//
+//
+// One function per plan op (docs/plan-format.md), forward and backward side by side, on raw
+// row-major buffers. T is float or double (`parrun --precision=fp32|fp64`); every GEMM goes
+// through OpenBLAS.
+//
+// Shapes follow the plan format: activations are [seq, batch, features] (Megatron's layout),
+// token ids and labels [batch, seq]. A kernel that only cares about the last dim takes `rows`
+// (the product of all the others) and that dim.
+//
+// Gradient conventions. Kernels never allocate gradients: the caller owns every buffer.
+//  * Outputs that are always parameter gradients (dweight, dbias) are ADDED to: gradients
+//    accumulate over ops, chunks and microbatches until optimizer_step clears them.
+//  * matmul's operands may be parameters or activations, so matmulBackward takes a GradWrite
+//    per output.
+//  * Every other output (activations and their gradients) is overwritten.
+//
+// Nothing is saved between a forward and its backward: the plan's backward ops receive only
+// the forward inputs, so layernorm and rmsnorm recompute their statistics and attention its
+// probabilities.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_RUNTIME_KERNELS_H
+#define PARC_RUNTIME_KERNELS_H
+
+#include <cstdint>
+
+namespace parc::runtime::cpu {
+
+/// How a backward kernel stores a gradient it may share with other ops.
+enum class GradWrite { Overwrite, Add };
+
+/// Caps the threads OpenBLAS may use inside one GEMM. The setting is process-wide: parrun
+/// sets 1 when it runs several ranks as threads of one process, where BLAS threads would only
+/// oversubscribe the cores.
+void setBlasThreads(int threads);
+int blasThreads();
+
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+/// y[t,b,:] = weight[ids[b,t] - vocabOffset] if the id is one of this shard's localRows rows,
+/// else 0; the tp all-reduce of the shards' y is the full lookup.
+template <typename T>
+void embeddingForward(T *y, const int64_t *ids, const T *weight, int64_t seq, int64_t batch,
+                      int64_t hidden, int64_t vocabOffset, int64_t localRows);
+/// dweight[ids[b,t] - vocabOffset] += dy[t,b,:] for the ids in this shard.
+template <typename T>
+void embeddingBackward(T *dweight, const int64_t *ids, const T *dy, int64_t seq, int64_t batch,
+                       int64_t hidden, int64_t vocabOffset, int64_t localRows);
+
+/// y[t,b,:] = x[t,b,:] + weight[t,:] (learned positions, weight [>= seq, hidden]).
+template <typename T>
+void positionEmbeddingForward(T *y, const T *x, const T *weight, int64_t seq, int64_t batch,
+                              int64_t hidden);
+/// dx = dy; dweight[t,:] += sum_b dy[t,b,:].
+template <typename T>
+void positionEmbeddingBackward(T *dx, T *dweight, const T *dy, int64_t seq, int64_t batch,
+                               int64_t hidden);
+
+//===----------------------------------------------------------------------===//
+// Normalisation (over the last dim, statistics recomputed in the backward)
+//===----------------------------------------------------------------------===//
+
+/// y = (x - mean) / sqrt(var + eps) * weight + bias, var the biased variance (as torch).
+template <typename T>
+void layerNormForward(T *y, const T *x, const T *weight, const T *bias, int64_t rows, int64_t dim,
+                      double eps);
+/// xhat = (x - mean) * rstd, g = dy * weight:
+/// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); dweight += sum dy * xhat; dbias += sum dy.
+template <typename T>
+void layerNormBackward(T *dx, T *dweight, T *dbias, const T *x, const T *weight, const T *dy,
+                       int64_t rows, int64_t dim, double eps);
+
+/// y = x / sqrt(mean(x^2) + eps) * weight.
+template <typename T>
+void rmsNormForward(T *y, const T *x, const T *weight, int64_t rows, int64_t dim, double eps);
+/// xhat = x * rrms, g = dy * weight: dx = rrms * (g - xhat * mean(g * xhat));
+/// dweight += sum dy * xhat.
+template <typename T>
+void rmsNormBackward(T *dx, T *dweight, const T *x, const T *weight, const T *dy, int64_t rows,
+                     int64_t dim, double eps);
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+/// c[m,n] = op(a) op(b); a is stored [m,k] ([k,m] with transA), b [k,n] ([n,k] with transB).
+/// Without transA, m is the product of all of a's dims but the last (the plan's rows).
+template <typename T>
+void matmulForward(T *c, const T *a, const T *b, int64_t m, int64_t n, int64_t k, bool transA,
+                   bool transB);
+/// da = dc op(b)^T (transposed back with transA), db = op(a)^T dc (likewise with transB).
+/// A null da or db is not computed.
+template <typename T>
+void matmulBackward(T *da, T *db, const T *a, const T *b, const T *dc, int64_t m, int64_t n,
+                    int64_t k, bool transA, bool transB, GradWrite daWrite, GradWrite dbWrite);
+
+/// y[r,:] = x[r,:] + bias.
+template <typename T>
+void biasAddForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim);
+/// dx = dy; dbias += sum_r dy[r,:].
+template <typename T> void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim);
+
+/// y = a + b.
+template <typename T> void residualAddForward(T *y, const T *a, const T *b, int64_t n);
+/// da = db = dy.
+template <typename T> void residualAddBackward(T *da, T *db, const T *dy, int64_t n);
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+/// Rotary embedding of x [seq, batch, heads*headDim], rotate-half form (Megatron, GPT-NeoX,
+/// Hugging Face Llama): within each head, element j < headDim/2 pairs with j + headDim/2 and
+/// the pair turns by angle t * theta^(-2j/headDim), t the index along dim 0:
+/// y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin. headDim must be even.
+template <typename T>
+void ropeForward(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
+                 double theta);
+/// The inverse rotation: dx1 = dy1 cos + dy2 sin, dx2 = dy2 cos - dy1 sin.
+template <typename T>
+void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
+                  double theta);
+
+/// y = softmax(q k^T / sqrt(headDim) [+ causal mask]) v per (batch, query head); q and y are
+/// [seq, batch, heads*headDim], k and v [seq, batch, kvHeads*headDim], and query head h reads
+/// key/value head h / (heads / kvHeads) (grouped-query attention; kvHeads divides heads).
+template <typename T>
+void attentionForward(T *y, const T *q, const T *k, const T *v, int64_t seq, int64_t batch,
+                      int64_t heads, int64_t kvHeads, int64_t headDim, bool causal);
+/// With P the recomputed probabilities and s = 1/sqrt(headDim): dv = P^T dy,
+/// dS = P * (dy v^T - rowsum(P * dy v^T)), dq = s dS k, dk = s dS^T q; dk and dv sum over the
+/// query heads that share a key/value head. All three are overwritten.
+template <typename T>
+void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dy,
+                       int64_t seq, int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
+                       bool causal);
+
+//===----------------------------------------------------------------------===//
+// Activations
+//===----------------------------------------------------------------------===//
+
+/// y = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact GELU (torch's default).
+template <typename T> void geluForward(T *y, const T *x, int64_t n);
+/// dx = dy * (Phi(x) + x * phi(x)), phi the standard normal density.
+template <typename T> void geluBackward(T *dx, const T *x, const T *dy, int64_t n);
+
+/// y[r,:] = silu(x[r,:ffn]) * x[r,ffn:], x [rows, 2*ffn], y [rows, ffn]; silu(g) = g sigmoid(g).
+template <typename T> void swigluForward(T *y, const T *x, int64_t rows, int64_t ffn);
+/// dgate = dy * up * sigmoid(g) (1 + g (1 - sigmoid(g))), dup = dy * silu(g).
+template <typename T>
+void swigluBackward(T *dx, const T *x, const T *dy, int64_t rows, int64_t ffn);
+
+//===----------------------------------------------------------------------===//
+// Vocab-parallel cross entropy
+//
+// logits [seq, batch, localVocab] hold columns [vocabOffset, vocabOffset + localVocab) of the
+// padded vocabulary; labels are [batch, seq]. The executor runs, per microbatch:
+//   crossEntropyRowMax         -> all_reduce(max) over the group -> rowMax
+//   crossEntropySumExp(rowMax) -> all_reduce(sum)                -> rowSum
+//   crossEntropyTargetLogit    -> all_reduce(sum)                -> target (one shard non-zero)
+//   crossEntropyLoss(rowMax, rowSum, target)
+// and cross_entropy_bwd repeats the first two before crossEntropyBackward.
+//
+// The loss of a microbatch is the mean over its seq * batch tokens, and the runtime sets
+// loss.grad = 1 / microbatches, so a step's gradient is that of the mean over all tokens of
+// all microbatches of this data-parallel replica (the dp all-reduce then averages replicas).
+//===----------------------------------------------------------------------===//
+
+/// rowMax[r] = max_j logits[r,j] over this shard's columns.
+template <typename T>
+void crossEntropyRowMax(T *rowMax, const T *logits, int64_t rows, int64_t localVocab);
+/// rowSum[r] = sum_j exp(logits[r,j] - rowMax[r]), rowMax the global maximum.
+template <typename T>
+void crossEntropySumExp(T *rowSum, const T *logits, const T *rowMax, int64_t rows,
+                        int64_t localVocab);
+/// target[t*batch+b] = logits[t,b,labels[b,t] - vocabOffset] if the label is in this shard,
+/// else 0.
+template <typename T>
+void crossEntropyTargetLogit(T *target, const T *logits, const int64_t *labels, int64_t seq,
+                             int64_t batch, int64_t localVocab, int64_t vocabOffset);
+/// Returns mean_r (log(rowSum[r]) + rowMax[r] - target[r]), from the all-reduced pieces.
+template <typename T>
+T crossEntropyLoss(const T *rowMax, const T *rowSum, const T *target, int64_t rows);
+/// dlogits[r,j] = (exp(logits[r,j] - rowMax[r]) / rowSum[r] - [j is r's label]) * dloss / rows
+/// with rows = seq * batch; the one-hot term only on the shard that holds the label.
+template <typename T>
+void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const T *rowMax,
+                          const T *rowSum, T dloss, int64_t seq, int64_t batch, int64_t localVocab,
+                          int64_t vocabOffset);
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+struct AdamWConfig {
+  double lr = 3e-4, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  /// Decoupled (AdamW); the caller passes 0 for parameters of fewer than two dimensions.
+  double weightDecay = 0.0;
+  int64_t step = 1; // 1-based: the bias corrections are 1 - beta^step
+};
+
+/// torch.optim.AdamW: p -= lr * wd * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+/// p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps). m and v start at zero.
+template <typename T>
+void adamwStep(T *param, const T *grad, T *m, T *v, int64_t n, const AdamWConfig &config);
+
+struct SGDConfig {
+  double lr = 3e-4, momentum = 0.0;
+  /// Coupled L2 as in torch.optim.SGD; 0 for parameters of fewer than two dimensions.
+  double weightDecay = 0.0;
+};
+
+/// torch.optim.SGD (no dampening, no Nesterov): g' = g + wd p; buf = momentum buf + g';
+/// p -= lr buf. buf starts at zero and may be null when momentum is 0.
+template <typename T>
+void sgdStep(T *param, const T *grad, T *momentumBuffer, int64_t n, const SGDConfig &config);
+
+/// Returns sum x^2 (accumulated in double), this rank's part of the squared global norm.
+template <typename T> double squaredSum(const T *x, int64_t n);
+/// x *= factor (gradient clipping).
+template <typename T> void scale(T *x, int64_t n, double factor);
+
+} // namespace parc::runtime::cpu
+
+#endif

@@ -1,0 +1,90 @@
+//===- Linear.cpp - matmul, bias_add and residual_add ---------------------===//
+//
+// Every GEMM is one cblas call; the backward of matmul reuses the forward operands in place by
+// choosing the transposes instead of materialising op(a) or op(b).
+//
+//===----------------------------------------------------------------------===//
+
+#include "parc/Runtime/Kernels.h"
+
+#include "Blas.h"
+
+#include <algorithm>
+
+namespace parc::runtime::cpu {
+
+using detail::gemm;
+
+void setBlasThreads(int threads) { openblas_set_num_threads(threads); }
+int blasThreads() { return openblas_get_num_threads(); }
+
+template <typename T>
+void matmulForward(T *c, const T *a, const T *b, int64_t m, int64_t n, int64_t k, bool transA,
+                   bool transB) {
+  // c = op(a) op(b)
+  int64_t lda = transA ? m : k, ldb = transB ? k : n;
+  gemm(transA, transB, m, n, k, T(1), a, lda, b, ldb, T(0), c, n);
+}
+
+template <typename T>
+void matmulBackward(T *da, T *db, const T *a, const T *b, const T *dc, int64_t m, int64_t n,
+                    int64_t k, bool transA, bool transB, GradWrite daWrite, GradWrite dbWrite) {
+  int64_t lda = transA ? m : k, ldb = transB ? k : n;
+  if (da) {
+    T beta = daWrite == GradWrite::Add ? T(1) : T(0);
+    if (!transA) // da[m,k] = dc op(b)^T
+      gemm(false, !transB, m, k, n, T(1), dc, n, b, ldb, beta, da, k);
+    else // da[k,m] = op(b) dc^T
+      gemm(transB, true, k, m, n, T(1), b, ldb, dc, n, beta, da, m);
+  }
+  if (db) {
+    T beta = dbWrite == GradWrite::Add ? T(1) : T(0);
+    if (!transB) // db[k,n] = op(a)^T dc
+      gemm(!transA, false, k, n, m, T(1), a, lda, dc, n, beta, db, n);
+    else // db[n,k] = dc^T op(a)
+      gemm(true, transA, n, k, m, T(1), dc, n, a, lda, beta, db, k);
+  }
+}
+
+template <typename T>
+void biasAddForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim) {
+  // y[r,:] = x[r,:] + bias
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < dim; ++i)
+      y[r * dim + i] = x[r * dim + i] + bias[i];
+}
+
+template <typename T>
+void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim) {
+  // dx = dy; dbias += sum_r dy[r,:]
+  std::copy(dy, dy + rows * dim, dx);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < dim; ++i)
+      dbias[i] += dy[r * dim + i];
+}
+
+template <typename T> void residualAddForward(T *y, const T *a, const T *b, int64_t n) {
+  // y = a + b
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = a[i] + b[i];
+}
+
+template <typename T> void residualAddBackward(T *da, T *db, const T *dy, int64_t n) {
+  // da = db = dy
+  std::copy(dy, dy + n, da);
+  std::copy(dy, dy + n, db);
+}
+
+#define PARC_INSTANTIATE(T)                                                                        \
+  template void matmulForward(T *, const T *, const T *, int64_t, int64_t, int64_t, bool, bool);   \
+  template void matmulBackward(T *, T *, const T *, const T *, const T *, int64_t, int64_t,        \
+                               int64_t, bool, bool, GradWrite, GradWrite);                         \
+  template void biasAddForward(T *, const T *, const T *, int64_t, int64_t);                       \
+  template void biasAddBackward(T *, T *, const T *, int64_t, int64_t);                            \
+  template void residualAddForward(T *, const T *, const T *, int64_t);                            \
+  template void residualAddBackward(T *, T *, const T *, int64_t);
+PARC_INSTANTIATE(float)
+PARC_INSTANTIATE(double)
+#undef PARC_INSTANTIATE
+
+} // namespace parc::runtime::cpu

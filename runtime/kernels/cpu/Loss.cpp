@@ -1,0 +1,95 @@
+//===- Loss.cpp - vocab-parallel cross entropy in all-reduce-sized pieces -===//
+//
+// Megatron's vocab-parallel cross entropy: no rank ever holds a full row of logits. Each piece
+// is a per-row reduction over this shard's columns whose result the executor all-reduces over
+// the tensor-parallel group before the next piece (see Kernels.h). Logits rows are
+// [seq, batch] ordered and labels [batch, seq], so row t*batch + b has label labels[b*seq + t].
+//
+//===----------------------------------------------------------------------===//
+
+#include "parc/Runtime/Kernels.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace parc::runtime::cpu {
+
+namespace {
+// The column of row (t, b)'s label in this shard, or -1 when another shard holds it.
+int64_t localLabel(const int64_t *labels, int64_t t, int64_t b, int64_t seq, int64_t localVocab,
+                   int64_t vocabOffset) {
+  int64_t column = labels[b * seq + t] - vocabOffset;
+  return column >= 0 && column < localVocab ? column : -1;
+}
+} // namespace
+
+template <typename T>
+void crossEntropyRowMax(T *rowMax, const T *logits, int64_t rows, int64_t localVocab) {
+  // rowMax[r] = max_j logits[r,j]
+  for (int64_t r = 0; r < rows; ++r)
+    rowMax[r] = *std::max_element(logits + r * localVocab, logits + (r + 1) * localVocab);
+}
+
+template <typename T>
+void crossEntropySumExp(T *rowSum, const T *logits, const T *rowMax, int64_t rows,
+                        int64_t localVocab) {
+  // rowSum[r] = sum_j exp(logits[r,j] - rowMax[r])
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (int64_t j = 0; j < localVocab; ++j)
+      sum += std::exp(double(logits[r * localVocab + j]) - rowMax[r]);
+    rowSum[r] = T(sum);
+  }
+}
+
+template <typename T>
+void crossEntropyTargetLogit(T *target, const T *logits, const int64_t *labels, int64_t seq,
+                             int64_t batch, int64_t localVocab, int64_t vocabOffset) {
+  // target[r] = logits[r, label(r) - vocabOffset] on the label's shard, else 0
+  for (int64_t t = 0; t < seq; ++t)
+    for (int64_t b = 0; b < batch; ++b) {
+      int64_t r = t * batch + b, column = localLabel(labels, t, b, seq, localVocab, vocabOffset);
+      target[r] = column < 0 ? T(0) : logits[r * localVocab + column];
+    }
+}
+
+template <typename T>
+T crossEntropyLoss(const T *rowMax, const T *rowSum, const T *target, int64_t rows) {
+  // loss = mean_r (log(rowSum[r]) + rowMax[r] - target[r])
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    total += std::log(double(rowSum[r])) + rowMax[r] - target[r];
+  return T(total / rows);
+}
+
+template <typename T>
+void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const T *rowMax,
+                          const T *rowSum, T dloss, int64_t seq, int64_t batch, int64_t localVocab,
+                          int64_t vocabOffset) {
+  // dlogits = (softmax - onehot(label)) * dloss / (seq * batch)
+  double perToken = double(dloss) / double(seq * batch);
+  for (int64_t t = 0; t < seq; ++t)
+    for (int64_t b = 0; b < batch; ++b) {
+      int64_t r = t * batch + b, column = localLabel(labels, t, b, seq, localVocab, vocabOffset);
+      const T *in = logits + r * localVocab;
+      T *out = dlogits + r * localVocab;
+      for (int64_t j = 0; j < localVocab; ++j) {
+        double prob = std::exp(double(in[j]) - rowMax[r]) / rowSum[r];
+        out[j] = T((prob - (j == column ? 1.0 : 0.0)) * perToken);
+      }
+    }
+}
+
+#define PARC_INSTANTIATE(T)                                                                        \
+  template void crossEntropyRowMax(T *, const T *, int64_t, int64_t);                              \
+  template void crossEntropySumExp(T *, const T *, const T *, int64_t, int64_t);                   \
+  template void crossEntropyTargetLogit(T *, const T *, const int64_t *, int64_t, int64_t,         \
+                                        int64_t, int64_t);                                         \
+  template T crossEntropyLoss(const T *, const T *, const T *, int64_t);                           \
+  template void crossEntropyBackward(T *, const T *, const int64_t *, const T *, const T *, T,     \
+                                     int64_t, int64_t, int64_t, int64_t);
+PARC_INSTANTIATE(float)
+PARC_INSTANTIATE(double)
+#undef PARC_INSTANTIATE
+
+} // namespace parc::runtime::cpu

@@ -1,0 +1,555 @@
+//===- KernelsTest.cpp - CPU kernels: gradients, shards, optimizer --------===//
+//
+// Every backward is checked against central finite differences of its forward in fp64, with
+// random inputs bounded away from zero; sharded kernels (embedding, cross entropy) are checked
+// to reassemble what one rank computes. The initialisation is in KernelsInitTest.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parc/Runtime/Kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+using namespace parc::runtime;
+using namespace parc::runtime::cpu;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+/// Values with magnitude in [0.5, 1.5] times `scale` and a random sign: never zero.
+Vec randomVec(size_t n, std::mt19937_64 &rng, double scale = 1.0) {
+  std::uniform_real_distribution<double> magnitude(0.5, 1.5);
+  std::bernoulli_distribution negative(0.5);
+  Vec v(n);
+  for (double &x : v)
+    x = scale * magnitude(rng) * (negative(rng) ? -1.0 : 1.0);
+  return v;
+}
+
+double dot(const Vec &a, const Vec &b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    sum += a[i] * b[i];
+  return sum;
+}
+
+/// d loss / d x by central differences, one element of x at a time.
+Vec numericGradient(const std::function<double()> &loss, Vec &x, double h = 1e-5) {
+  Vec grad(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    double saved = x[i];
+    x[i] = saved + h;
+    double plus = loss();
+    x[i] = saved - h;
+    double minus = loss();
+    x[i] = saved;
+    grad[i] = (plus - minus) / (2 * h);
+  }
+  return grad;
+}
+
+/// max |analytic - numeric| relative to the largest numeric component.
+double relativeError(const Vec &analytic, const Vec &numeric) {
+  double error = 0, scale = 0;
+  for (size_t i = 0; i < numeric.size(); ++i) {
+    error = std::max(error, std::abs(analytic[i] - numeric[i]));
+    scale = std::max(scale, std::abs(numeric[i]));
+  }
+  return error / scale;
+}
+
+Vec minus(const Vec &a, const Vec &b) {
+  Vec d(a.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    d[i] = a[i] - b[i];
+  return d;
+}
+
+constexpr double gradTolerance = 1e-6;
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+TEST(KernelsTest, MatmulForwardAndBackwardForEveryTranspose) {
+  std::mt19937_64 rng(1);
+  const int64_t m = 3, n = 4, k = 5;
+  for (bool transA : {false, true})
+    for (bool transB : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "transA " << transA << " transB " << transB);
+      Vec a = randomVec(m * k, rng), b = randomVec(k * n, rng), dc = randomVec(m * n, rng);
+      auto at = [&](int64_t i, int64_t j) { return transA ? a[j * m + i] : a[i * k + j]; };
+      auto bt = [&](int64_t i, int64_t j) { return transB ? b[j * k + i] : b[i * n + j]; };
+      Vec c(m * n);
+      matmulForward(c.data(), a.data(), b.data(), m, n, k, transA, transB);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          double expected = 0;
+          for (int64_t l = 0; l < k; ++l)
+            expected += at(i, l) * bt(l, j);
+          EXPECT_NEAR(c[i * n + j], expected, 1e-13);
+        }
+      auto loss = [&] {
+        matmulForward(c.data(), a.data(), b.data(), m, n, k, transA, transB);
+        return dot(dc, c);
+      };
+      Vec numericA = numericGradient(loss, a), numericB = numericGradient(loss, b);
+      // da overwrites whatever was there; db adds to what it held.
+      Vec da = randomVec(a.size(), rng), heldB = randomVec(b.size(), rng), db = heldB;
+      matmulBackward(da.data(), db.data(), a.data(), b.data(), dc.data(), m, n, k, transA, transB,
+                     GradWrite::Overwrite, GradWrite::Add);
+      EXPECT_LT(relativeError(da, numericA), gradTolerance);
+      EXPECT_LT(relativeError(minus(db, heldB), numericB), gradTolerance);
+      // The other way round, and a null output is skipped.
+      Vec heldA = randomVec(a.size(), rng);
+      da = heldA;
+      matmulBackward(da.data(), static_cast<double *>(nullptr), a.data(), b.data(), dc.data(), m, n,
+                     k, transA, transB, GradWrite::Add, GradWrite::Overwrite);
+      EXPECT_LT(relativeError(minus(da, heldA), numericA), gradTolerance);
+    }
+}
+
+TEST(KernelsTest, BlasThreadsCanBeCapped) {
+  setBlasThreads(1);
+  EXPECT_EQ(blasThreads(), 1);
+}
+
+TEST(KernelsTest, BiasAddAndResidualAddGradients) {
+  std::mt19937_64 rng(2);
+  const int64_t rows = 3, dim = 4;
+  Vec x = randomVec(rows * dim, rng), bias = randomVec(dim, rng), dy = randomVec(rows * dim, rng);
+  Vec y(rows * dim);
+  auto loss = [&] {
+    biasAddForward(y.data(), x.data(), bias.data(), rows, dim);
+    return dot(dy, y);
+  };
+  Vec numericX = numericGradient(loss, x), numericBias = numericGradient(loss, bias);
+  Vec dx(x.size()), held = randomVec(dim, rng), dbias = held;
+  biasAddBackward(dx.data(), dbias.data(), dy.data(), rows, dim);
+  EXPECT_LT(relativeError(dx, numericX), gradTolerance);
+  EXPECT_LT(relativeError(minus(dbias, held), numericBias), gradTolerance);
+
+  Vec a = randomVec(rows * dim, rng), b = randomVec(rows * dim, rng);
+  auto residualLoss = [&] {
+    residualAddForward(y.data(), a.data(), b.data(), rows * dim);
+    return dot(dy, y);
+  };
+  Vec numericA = numericGradient(residualLoss, a), numericB = numericGradient(residualLoss, b);
+  Vec da(a.size()), db(b.size());
+  residualAddBackward(da.data(), db.data(), dy.data(), rows * dim);
+  EXPECT_LT(relativeError(da, numericA), gradTolerance);
+  EXPECT_LT(relativeError(db, numericB), gradTolerance);
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+TEST(KernelsTest, EmbeddingGradientAndVocabShardsSumToTheWholeTable) {
+  std::mt19937_64 rng(3);
+  const int64_t seq = 3, batch = 2, hidden = 4, vocab = 6;
+  const std::vector<int64_t> ids = {0, 5, 3, 2, 3, 4}; // [batch, seq]: rows of both halves
+  Vec weight = randomVec(vocab * hidden, rng), dy = randomVec(seq * batch * hidden, rng);
+  Vec y(seq * batch * hidden);
+  embeddingForward(y.data(), ids.data(), weight.data(), seq, batch, hidden, 0, vocab);
+  // Row (t, b) of y is token ids[b * seq + t].
+  for (int64_t i = 0; i < hidden; ++i)
+    EXPECT_EQ(y[(1 * batch + 0) * hidden + i], weight[5 * hidden + i]);
+
+  auto loss = [&] {
+    embeddingForward(y.data(), ids.data(), weight.data(), seq, batch, hidden, 0, vocab);
+    return dot(dy, y);
+  };
+  Vec numeric = numericGradient(loss, weight);
+  Vec held = randomVec(weight.size(), rng), dweight = held;
+  embeddingBackward(dweight.data(), ids.data(), dy.data(), seq, batch, hidden, 0, vocab);
+  EXPECT_LT(relativeError(minus(dweight, held), numeric), gradTolerance);
+
+  // Two vocab shards of three rows: their outputs sum to the whole lookup (the tp all-reduce)
+  // and their gradients are the whole table's rows.
+  const int64_t half = vocab / 2;
+  Vec ySum(y.size(), 0.0), dweightWhole(weight.size(), 0.0);
+  embeddingForward(y.data(), ids.data(), weight.data(), seq, batch, hidden, 0, vocab);
+  embeddingBackward(dweightWhole.data(), ids.data(), dy.data(), seq, batch, hidden, 0, vocab);
+  for (int64_t shard = 0; shard < 2; ++shard) {
+    Vec part(weight.begin() + shard * half * hidden, weight.begin() + (shard + 1) * half * hidden);
+    Vec yPart(y.size()), dpart(part.size(), 0.0);
+    embeddingForward(yPart.data(), ids.data(), part.data(), seq, batch, hidden, shard * half, half);
+    for (size_t i = 0; i < y.size(); ++i)
+      ySum[i] += yPart[i];
+    embeddingBackward(dpart.data(), ids.data(), dy.data(), seq, batch, hidden, shard * half, half);
+    EXPECT_EQ(dpart, Vec(dweightWhole.begin() + shard * half * hidden,
+                         dweightWhole.begin() + (shard + 1) * half * hidden));
+  }
+  EXPECT_EQ(ySum, y);
+}
+
+TEST(KernelsTest, PositionEmbeddingGradient) {
+  std::mt19937_64 rng(4);
+  const int64_t seq = 3, batch = 2, hidden = 4;
+  Vec x = randomVec(seq * batch * hidden, rng), weight = randomVec(seq * hidden, rng);
+  Vec dy = randomVec(x.size(), rng), y(x.size());
+  auto loss = [&] {
+    positionEmbeddingForward(y.data(), x.data(), weight.data(), seq, batch, hidden);
+    return dot(dy, y);
+  };
+  Vec numericX = numericGradient(loss, x), numericW = numericGradient(loss, weight);
+  Vec dx(x.size()), held = randomVec(weight.size(), rng), dweight = held;
+  positionEmbeddingBackward(dx.data(), dweight.data(), dy.data(), seq, batch, hidden);
+  EXPECT_LT(relativeError(dx, numericX), gradTolerance);
+  EXPECT_LT(relativeError(minus(dweight, held), numericW), gradTolerance);
+}
+
+//===----------------------------------------------------------------------===//
+// Normalisation
+//===----------------------------------------------------------------------===//
+
+TEST(KernelsTest, LayerNormNormalisesAndItsGradientsMatch) {
+  std::mt19937_64 rng(5);
+  const int64_t rows = 3, dim = 5;
+  const double eps = 1e-5;
+  Vec x = randomVec(rows * dim, rng), weight = randomVec(dim, rng), bias = randomVec(dim, rng);
+  Vec dy = randomVec(x.size(), rng), y(x.size());
+  Vec one(dim, 1.0), zero(dim, 0.0);
+  layerNormForward(y.data(), x.data(), one.data(), zero.data(), rows, dim, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, square = 0;
+    for (int64_t i = 0; i < dim; ++i) {
+      mean += y[r * dim + i] / dim;
+      square += y[r * dim + i] * y[r * dim + i] / dim;
+    }
+    EXPECT_NEAR(mean, 0.0, 1e-14);
+    EXPECT_NEAR(square, 1.0, 1e-14);
+  }
+  auto loss = [&] {
+    layerNormForward(y.data(), x.data(), weight.data(), bias.data(), rows, dim, eps);
+    return dot(dy, y);
+  };
+  Vec numericX = numericGradient(loss, x), numericW = numericGradient(loss, weight),
+      numericB = numericGradient(loss, bias);
+  Vec dx(x.size()), heldW = randomVec(dim, rng), heldB = randomVec(dim, rng);
+  Vec dweight = heldW, dbias = heldB;
+  layerNormBackward(dx.data(), dweight.data(), dbias.data(), x.data(), weight.data(), dy.data(),
+                    rows, dim, eps);
+  EXPECT_LT(relativeError(dx, numericX), gradTolerance);
+  EXPECT_LT(relativeError(minus(dweight, heldW), numericW), gradTolerance);
+  EXPECT_LT(relativeError(minus(dbias, heldB), numericB), gradTolerance);
+}
+
+TEST(KernelsTest, RMSNormNormalisesAndItsGradientsMatch) {
+  std::mt19937_64 rng(6);
+  const int64_t rows = 3, dim = 5;
+  const double eps = 1e-6;
+  Vec x = randomVec(rows * dim, rng), weight = randomVec(dim, rng);
+  Vec dy = randomVec(x.size(), rng), y(x.size()), one(dim, 1.0);
+  rmsNormForward(y.data(), x.data(), one.data(), rows, dim, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double square = 0;
+    for (int64_t i = 0; i < dim; ++i)
+      square += y[r * dim + i] * y[r * dim + i] / dim;
+    EXPECT_NEAR(square, 1.0, 1e-14);
+  }
+  auto loss = [&] {
+    rmsNormForward(y.data(), x.data(), weight.data(), rows, dim, eps);
+    return dot(dy, y);
+  };
+  Vec numericX = numericGradient(loss, x), numericW = numericGradient(loss, weight);
+  Vec dx(x.size()), held = randomVec(dim, rng), dweight = held;
+  rmsNormBackward(dx.data(), dweight.data(), x.data(), weight.data(), dy.data(), rows, dim, eps);
+  EXPECT_LT(relativeError(dx, numericX), gradTolerance);
+  EXPECT_LT(relativeError(minus(dweight, held), numericW), gradTolerance);
+}
+
+//===----------------------------------------------------------------------===//
+// Rotary embedding and attention
+//===----------------------------------------------------------------------===//
+
+TEST(KernelsTest, RopeRotatesHalvesAndItsGradientMatches) {
+  std::mt19937_64 rng(7);
+  const int64_t seq = 4, batch = 2, heads = 3, headDim = 4;
+  const double theta = 10000.0;
+  Vec x = randomVec(seq * batch * heads * headDim, rng), dy = randomVec(x.size(), rng);
+  Vec y(x.size());
+  ropeForward(y.data(), x.data(), seq, batch, heads, headDim, theta);
+  // Position 0 is the identity; at position 1 pair (0, 2) turns by 1 radian and pair (1, 3)
+  // by theta^(-1/2).
+  for (int64_t i = 0; i < batch * heads * headDim; ++i)
+    EXPECT_EQ(y[i], x[i]);
+  const double *x1 = x.data() + batch * heads * headDim, *y1 = y.data() + batch * heads * headDim;
+  EXPECT_NEAR(y1[0], x1[0] * std::cos(1.0) - x1[2] * std::sin(1.0), 1e-15);
+  EXPECT_NEAR(y1[2], x1[2] * std::cos(1.0) + x1[0] * std::sin(1.0), 1e-15);
+  EXPECT_NEAR(y1[1], x1[1] * std::cos(0.01) - x1[3] * std::sin(0.01), 1e-15);
+
+  auto loss = [&] {
+    ropeForward(y.data(), x.data(), seq, batch, heads, headDim, theta);
+    return dot(dy, y);
+  };
+  Vec numeric = numericGradient(loss, x), dx(x.size());
+  ropeBackward(dx.data(), dy.data(), seq, batch, heads, headDim, theta);
+  EXPECT_LT(relativeError(dx, numeric), gradTolerance);
+}
+
+/// softmax(q k^T / sqrt(d)) v written out loop by loop.
+Vec referenceAttention(const Vec &q, const Vec &k, const Vec &v, int64_t seq, int64_t batch,
+                       int64_t heads, int64_t kvHeads, int64_t headDim, bool causal) {
+  Vec y(q.size());
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t t = 0; t < seq; ++t) {
+        int64_t g = h / (heads / kvHeads), keys = causal ? t + 1 : seq;
+        auto qAt = [&](int64_t j) { return q[((t * batch + b) * heads + h) * headDim + j]; };
+        auto kvAt = [&](const Vec &m, int64_t u, int64_t j) {
+          return m[((u * batch + b) * kvHeads + g) * headDim + j];
+        };
+        Vec p(keys);
+        double sum = 0;
+        for (int64_t u = 0; u < keys; ++u) {
+          double score = 0;
+          for (int64_t j = 0; j < headDim; ++j)
+            score += qAt(j) * kvAt(k, u, j);
+          p[u] = std::exp(score / std::sqrt(double(headDim)));
+          sum += p[u];
+        }
+        for (int64_t j = 0; j < headDim; ++j) {
+          double out = 0;
+          for (int64_t u = 0; u < keys; ++u)
+            out += p[u] / sum * kvAt(v, u, j);
+          y[((t * batch + b) * heads + h) * headDim + j] = out;
+        }
+      }
+  return y;
+}
+
+void checkAttention(int64_t heads, int64_t kvHeads, bool causal) {
+  SCOPED_TRACE(testing::Message() << "heads " << heads << " kv_heads " << kvHeads << " causal "
+                                  << causal);
+  std::mt19937_64 rng(8 + heads * 10 + kvHeads + causal);
+  const int64_t seq = 5, batch = 2, headDim = 3;
+  Vec q = randomVec(seq * batch * heads * headDim, rng);
+  Vec k = randomVec(seq * batch * kvHeads * headDim, rng), v = randomVec(k.size(), rng);
+  Vec dy = randomVec(q.size(), rng), y(q.size());
+  attentionForward(y.data(), q.data(), k.data(), v.data(), seq, batch, heads, kvHeads, headDim,
+                   causal);
+  Vec expected = referenceAttention(q, k, v, seq, batch, heads, kvHeads, headDim, causal);
+  for (size_t i = 0; i < y.size(); ++i)
+    EXPECT_NEAR(y[i], expected[i], 1e-13);
+
+  auto loss = [&] {
+    attentionForward(y.data(), q.data(), k.data(), v.data(), seq, batch, heads, kvHeads, headDim,
+                     causal);
+    return dot(dy, y);
+  };
+  Vec numericQ = numericGradient(loss, q), numericK = numericGradient(loss, k),
+      numericV = numericGradient(loss, v);
+  // Stale values in the outputs must not leak into the gradients.
+  Vec dq = randomVec(q.size(), rng), dk = randomVec(k.size(), rng), dv = randomVec(v.size(), rng);
+  attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(), dy.data(), seq,
+                    batch, heads, kvHeads, headDim, causal);
+  EXPECT_LT(relativeError(dq, numericQ), gradTolerance);
+  EXPECT_LT(relativeError(dk, numericK), gradTolerance);
+  EXPECT_LT(relativeError(dv, numericV), gradTolerance);
+}
+
+TEST(KernelsTest, AttentionGroupedQueryGradients) { checkAttention(4, 2, true); }
+TEST(KernelsTest, AttentionMultiHeadGradients) { checkAttention(4, 4, true); }
+TEST(KernelsTest, AttentionWithoutMaskGradients) { checkAttention(4, 1, false); }
+
+//===----------------------------------------------------------------------===//
+// Activations
+//===----------------------------------------------------------------------===//
+
+TEST(KernelsTest, GeluIsTheErfFormAndItsGradientMatches) {
+  Vec points = {1.0, -1.0}, values(2);
+  geluForward(values.data(), points.data(), 2);
+  EXPECT_NEAR(values[0], 0.8413447460685429, 1e-15);
+  EXPECT_NEAR(values[1], -0.15865525393145707, 1e-15);
+
+  std::mt19937_64 rng(9);
+  Vec x = randomVec(7, rng, 2.0), dy = randomVec(7, rng), y(7);
+  auto loss = [&] {
+    geluForward(y.data(), x.data(), 7);
+    return dot(dy, y);
+  };
+  Vec numeric = numericGradient(loss, x), dx(7);
+  geluBackward(dx.data(), x.data(), dy.data(), 7);
+  EXPECT_LT(relativeError(dx, numeric), gradTolerance);
+}
+
+TEST(KernelsTest, SwigluGatesTheSecondHalfAndItsGradientMatches) {
+  Vec point = {1.0, 2.0}, value(1);
+  swigluForward(value.data(), point.data(), 1, 1);
+  EXPECT_NEAR(value[0], 2.0 / (1.0 + std::exp(-1.0)), 1e-15);
+
+  std::mt19937_64 rng(10);
+  const int64_t rows = 3, ffn = 4;
+  Vec x = randomVec(rows * 2 * ffn, rng, 2.0), dy = randomVec(rows * ffn, rng), y(rows * ffn);
+  auto loss = [&] {
+    swigluForward(y.data(), x.data(), rows, ffn);
+    return dot(dy, y);
+  };
+  Vec numeric = numericGradient(loss, x), dx(x.size());
+  swigluBackward(dx.data(), x.data(), dy.data(), rows, ffn);
+  EXPECT_LT(relativeError(dx, numeric), gradTolerance);
+}
+
+//===----------------------------------------------------------------------===//
+// Cross entropy
+//===----------------------------------------------------------------------===//
+
+struct CrossEntropyCase {
+  int64_t seq = 3, batch = 2, vocab = 8;
+  std::vector<int64_t> labels = {0, 7, 3, 4, 2, 5}; // [batch, seq], in both vocab halves
+  double dloss = 0.37;
+};
+
+/// Runs the pieces the executor interleaves with all-reduces on `shards` column blocks of
+/// `logits`, reducing across shards as the all-reduces would; returns the loss and, in
+/// `grads`, each shard's dlogits.
+double shardedCrossEntropy(const CrossEntropyCase &c, const Vec &logits, int64_t shards,
+                           std::vector<Vec> *grads = nullptr) {
+  const int64_t rows = c.seq * c.batch, width = c.vocab / shards;
+  std::vector<Vec> parts(shards, Vec(rows * width));
+  for (int64_t s = 0; s < shards; ++s)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < width; ++j)
+        parts[s][r * width + j] = logits[r * c.vocab + s * width + j];
+  Vec rowMax(rows, -INFINITY), rowSum(rows, 0.0), target(rows, 0.0), piece(rows);
+  for (int64_t s = 0; s < shards; ++s) {
+    crossEntropyRowMax(piece.data(), parts[s].data(), rows, width);
+    for (int64_t r = 0; r < rows; ++r)
+      rowMax[r] = std::max(rowMax[r], piece[r]);
+  }
+  for (int64_t s = 0; s < shards; ++s) {
+    crossEntropySumExp(piece.data(), parts[s].data(), rowMax.data(), rows, width);
+    for (int64_t r = 0; r < rows; ++r)
+      rowSum[r] += piece[r];
+    crossEntropyTargetLogit(piece.data(), parts[s].data(), c.labels.data(), c.seq, c.batch, width,
+                            s * width);
+    for (int64_t r = 0; r < rows; ++r)
+      target[r] += piece[r];
+  }
+  if (grads) {
+    grads->assign(shards, Vec(rows * width));
+    for (int64_t s = 0; s < shards; ++s)
+      crossEntropyBackward((*grads)[s].data(), parts[s].data(), c.labels.data(), rowMax.data(),
+                           rowSum.data(), c.dloss, c.seq, c.batch, width, s * width);
+  }
+  return crossEntropyLoss(rowMax.data(), rowSum.data(), target.data(), rows);
+}
+
+TEST(KernelsTest, CrossEntropyOnOneShardMatchesLogSoftmaxAndItsGradient) {
+  CrossEntropyCase c;
+  std::mt19937_64 rng(11);
+  Vec logits = randomVec(c.seq * c.batch * c.vocab, rng, 3.0);
+  double expected = 0;
+  for (int64_t t = 0; t < c.seq; ++t)
+    for (int64_t b = 0; b < c.batch; ++b) {
+      const double *row = logits.data() + (t * c.batch + b) * c.vocab;
+      double sum = 0;
+      for (int64_t j = 0; j < c.vocab; ++j)
+        sum += std::exp(row[j]);
+      expected += std::log(sum) - row[c.labels[b * c.seq + t]];
+    }
+  expected /= c.seq * c.batch;
+  std::vector<Vec> grads;
+  EXPECT_NEAR(shardedCrossEntropy(c, logits, 1, &grads), expected, 1e-14);
+  Vec numeric =
+      numericGradient([&] { return c.dloss * shardedCrossEntropy(c, logits, 1); }, logits);
+  EXPECT_LT(relativeError(grads[0], numeric), gradTolerance);
+}
+
+TEST(KernelsTest, CrossEntropyOverTwoVocabShardsEqualsOneShard) {
+  CrossEntropyCase c;
+  std::mt19937_64 rng(12);
+  Vec logits = randomVec(c.seq * c.batch * c.vocab, rng, 3.0);
+  std::vector<Vec> whole, halves;
+  double loss = shardedCrossEntropy(c, logits, 1, &whole);
+  EXPECT_NEAR(shardedCrossEntropy(c, logits, 2, &halves), loss, 1e-14);
+  const int64_t width = c.vocab / 2;
+  for (int64_t s = 0; s < 2; ++s)
+    for (int64_t r = 0; r < c.seq * c.batch; ++r)
+      for (int64_t j = 0; j < width; ++j)
+        EXPECT_NEAR(halves[s][r * width + j], whole[0][r * c.vocab + s * width + j], 1e-16);
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+TEST(KernelsTest, AdamWStepsAgainstHandComputation) {
+  AdamWConfig config;
+  config.lr = 0.1;
+  config.beta1 = 0.9;
+  config.beta2 = 0.99;
+  config.eps = 1e-8;
+  config.weightDecay = 0.5;
+  Vec param = {1.0, -2.0}, m(2, 0.0), v(2, 0.0);
+  // Step 1: mhat = g and vhat = g^2, so the step is lr * sign(g) (up to eps) after the decay.
+  Vec grad = {0.5, -0.25};
+  adamwStep(param.data(), grad.data(), m.data(), v.data(), 2, config);
+  EXPECT_NEAR(param[0], 1.0 * 0.95 - 0.1 * 0.5 / (0.5 + 1e-8), 1e-15);
+  EXPECT_NEAR(param[1], -2.0 * 0.95 + 0.1 * 0.25 / (0.25 + 1e-8), 1e-15);
+  EXPECT_NEAR(m[0], 0.05, 1e-15);
+  EXPECT_NEAR(v[0], 0.0025, 1e-15);
+  // Step 2 on parameter 0 with g = 1: m = 0.9 * 0.05 + 0.1 = 0.145, v = 0.99 * 0.0025 + 0.01 =
+  // 0.012475; mhat = 0.145 / 0.19, vhat = 0.012475 / 0.0199.
+  config.step = 2;
+  grad = {1.0, 0.0};
+  double before = param[0];
+  adamwStep(param.data(), grad.data(), m.data(), v.data(), 2, config);
+  double expected = before * 0.95 - 0.1 * (0.145 / 0.19) / (std::sqrt(0.012475 / 0.0199) + 1e-8);
+  EXPECT_NEAR(param[0], expected, 1e-15);
+}
+
+TEST(KernelsTest, SGDStepsAgainstHandComputation) {
+  SGDConfig config;
+  config.lr = 0.1;
+  config.momentum = 0.9;
+  config.weightDecay = 0.1;
+  Vec param = {1.0}, buffer = {0.0}, grad = {0.5};
+  // Step 1: buf = 0.5 + 0.1 * 1 = 0.6, p = 1 - 0.06 = 0.94.
+  sgdStep(param.data(), grad.data(), buffer.data(), 1, config);
+  EXPECT_NEAR(buffer[0], 0.6, 1e-15);
+  EXPECT_NEAR(param[0], 0.94, 1e-15);
+  // Step 2: buf = 0.9 * 0.6 + 0.5 + 0.094 = 1.134, p = 0.94 - 0.1134 = 0.8266.
+  sgdStep(param.data(), grad.data(), buffer.data(), 1, config);
+  EXPECT_NEAR(buffer[0], 1.134, 1e-15);
+  EXPECT_NEAR(param[0], 0.8266, 1e-15);
+  // Without momentum there is no buffer: p = 1 - 0.1 * (0.5 + 0.1).
+  config.momentum = 0.0;
+  param = {1.0};
+  sgdStep(param.data(), grad.data(), static_cast<double *>(nullptr), 1, config);
+  EXPECT_NEAR(param[0], 0.94, 1e-15);
+}
+
+TEST(KernelsTest, SquaredSumAndScale) {
+  Vec x = {3.0, -4.0, 12.0};
+  EXPECT_EQ(squaredSum(x.data(), 3), 169.0);
+  scale(x.data(), 3, 0.5);
+  EXPECT_EQ(x, (Vec{1.5, -2.0, 6.0}));
+  std::vector<float> f = {1.0f, 2.0f};
+  EXPECT_EQ(squaredSum(f.data(), 2), 5.0);
+}
+
+TEST(KernelsTest, FloatKernelsAgreeWithDouble) {
+  std::mt19937_64 rng(13);
+  const int64_t seq = 4, batch = 2, heads = 2, headDim = 4;
+  Vec q = randomVec(seq * batch * heads * headDim, rng), k = randomVec(q.size(), rng),
+      v = randomVec(q.size(), rng), y(q.size());
+  std::vector<float> qf(q.begin(), q.end()), kf(k.begin(), k.end()), vf(v.begin(), v.end()),
+      yf(q.size());
+  attentionForward(y.data(), q.data(), k.data(), v.data(), seq, batch, heads, heads, headDim, true);
+  attentionForward(yf.data(), qf.data(), kf.data(), vf.data(), seq, batch, heads, heads, headDim,
+                   true);
+  for (size_t i = 0; i < y.size(); ++i)
+    EXPECT_NEAR(yf[i], y[i], 1e-5);
+}
+
+} // namespace
