@@ -12,6 +12,7 @@
 #include "parc/Support/Diagnostics.h"
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace parc::frontend {
@@ -35,23 +36,43 @@ private:
   std::vector<uint32_t> byteOffsetOfCodePoint; // empty when the text is pure ASCII
 };
 
+/// Where syntax errors were found in one buffer. The AST builder drops what they touch, and
+/// the parser stays quiet about a line the lexer already complained about.
+struct SyntaxErrorLog {
+  std::vector<size_t> tokenIndexes; // the offending token of each parser error
+  std::vector<size_t> lexerErrorLines;
+  size_t lastReportedLine = 0; // ANTLR's recovery often trips twice over one broken line
+  /// Token ranges that are the body of a block whose header or opening was lost (a stray
+  /// '}' above, a header that never reached its '{'), up to the '}' that closed it. Their
+  /// lines read as top-level items; only the first of them is reported.
+  std::vector<std::pair<size_t, size_t>> lostBodies;
+
+  /// True if a parser error was reported at a token in [first, last].
+  bool anyBetween(size_t first, size_t last) const;
+  bool lexerErrorOnLine(size_t line) const;
+  bool inLostBody(size_t tokenIndex) const;
+};
+
 /// ANTLR's lexer, reporting characters it cannot read through parc's diagnostics.
 class ReportingLexer : public ParLexer {
 public:
-  ReportingLexer(antlr4::CharStream *input, const SourceText &source, DiagnosticEngine &diags)
-      : ParLexer(input), source(source), diags(diags) {}
+  ReportingLexer(antlr4::CharStream *input, const SourceText &source, DiagnosticEngine &diags,
+                 SyntaxErrorLog &log)
+      : ParLexer(input), source(source), diags(diags), log(log) {}
   void notifyListeners(const antlr4::LexerNoViableAltException &e) override;
 
 private:
   const SourceText &source;
   DiagnosticEngine &diags;
+  SyntaxErrorLog &log;
 };
 
 /// An error strategy that keeps ANTLR's recovery but says what went wrong in human terms.
 class HumanErrorStrategy : public antlr4::DefaultErrorStrategy {
 public:
-  HumanErrorStrategy(const SourceText &source, DiagnosticEngine &diags)
-      : source(source), diags(diags) {}
+  HumanErrorStrategy(const SourceText &source, DiagnosticEngine &diags, SyntaxErrorLog &log)
+      : source(source), diags(diags), log(log) {}
+  void sync(antlr4::Parser *parser) override;
 
 protected:
   void reportNoViableAlternative(antlr4::Parser *parser,
@@ -62,25 +83,42 @@ protected:
                              const antlr4::FailedPredicateException &e) override;
   void reportUnwantedToken(antlr4::Parser *parser) override;
   void reportMissingToken(antlr4::Parser *parser) override;
+  bool singleTokenInsertion(antlr4::Parser *parser) override;
+  antlr4::Token *singleTokenDeletion(antlr4::Parser *parser) override;
+  void consumeUntil(antlr4::Parser *parser, const antlr4::misc::IntervalSet &set) override;
 
 private:
+  /// `start` is where a failed prediction began (NoViableAlt only), else null.
   void report(antlr4::Parser *parser, antlr4::Token *offending,
-              const antlr4::misc::IntervalSet &expected, bool unwanted);
+              const antlr4::misc::IntervalSet &expected, bool unwanted,
+              antlr4::Token *start = nullptr);
+  /// The message for one syntax error and, in `at`, the token it points at; nullopt when it
+  /// was reported some other way already or will be by the AST builder.
+  std::optional<std::string> explain(antlr4::Parser *parser, antlr4::Token *offending,
+                                     const antlr4::misc::IntervalSet &expected, bool unwanted,
+                                     antlr4::Token *start, antlr4::Token *&at);
+
+  /// Set by explain(): the error is about a top-level item that is not one (a field, a stray
+  /// word, a header with no '{'), or about an unmatched '}'.
+  bool strayAtTopLevel = false;
+  bool unmatchedBrace = false;
 
   const SourceText &source;
   DiagnosticEngine &diags;
+  SyntaxErrorLog &log;
 };
 
-/// Called for each `include "path"`: parses that file and returns its blocks.
+/// Called for each `include "path"`: parses that file and appends its blocks to `out`.
 using IncludeHandler =
-    std::function<std::vector<std::unique_ptr<ast::Block>>(llvm::StringRef path,
-                                                           llvm::SMRange pathRange)>;
+    std::function<void(llvm::StringRef path, llvm::SMRange pathRange, ast::Module &out)>;
 
-/// Turns a parse tree into AST blocks, skipping the parts that failed to parse.
-std::vector<std::unique_ptr<ast::Block>> buildAST(ParParser::FileContext *file,
-                                                  const SourceText &source,
-                                                  DiagnosticEngine &diags,
-                                                  const IncludeHandler &onInclude);
+/// The top-level block keywords, for headers and "did you mean".
+llvm::ArrayRef<llvm::StringRef> blockKeywords();
+
+/// Turns a parse tree into AST blocks appended to `out`, skipping the parts that failed to
+/// parse and reporting headers that are not well-formed.
+void buildAST(ParParser::FileContext *file, const SourceText &source, DiagnosticEngine &diags,
+              const SyntaxErrorLog &log, const IncludeHandler &onInclude, ast::Module &out);
 
 } // namespace parc::frontend
 

@@ -9,6 +9,7 @@
 #include "FrontendInternal.h"
 
 #include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/ConvertUTF.h"
 #include "llvm/Support/FileSystem.h"
@@ -29,10 +30,9 @@ class ModuleReader {
 public:
   explicit ModuleReader(DiagnosticEngine &diags) : diags(diags) {}
 
-  /// Parses buffer `bufferId` of the SourceMgr (already added) and its includes.
-  std::vector<std::unique_ptr<ast::Block>> parseBufferId(unsigned bufferId);
-  std::vector<std::unique_ptr<ast::Block>> include(llvm::StringRef path, llvm::SMRange where,
-                                                   unsigned fromBuffer);
+  /// Parses buffer `bufferId` of the SourceMgr (already added) and its includes into `out`.
+  void parseBufferId(unsigned bufferId, ast::Module &out);
+  void include(llvm::StringRef path, llvm::SMRange where, unsigned fromBuffer, ast::Module &out);
 
   llvm::StringSet<> includedFiles; // real paths, for cycles and include-once
   std::vector<std::string> includeStack;
@@ -59,58 +59,80 @@ bool ModuleReader::validUTF8(llvm::StringRef text) {
 
 bool ModuleReader::withinLimits(antlr4::CommonTokenStream &tokens,
                                 const frontend::SourceText &source) {
-  unsigned depth = 0, statementTokens = 0;
+  unsigned statementTokens = 0;
+  // Open brackets, and for each bracket level the signs (`- - 1`) still waiting for their
+  // operand: the parser recurses once for each.
+  std::vector<unsigned> signsAtLevel(1, 0);
+  unsigned openSigns = 0;
+  bool afterOperand = false;
   for (antlr4::Token *t : tokens.getTokens()) {
     std::string text = t->getText();
-    if (t->getType() == ParLexer::NEWLINE || text == ";" || text == "{" || text == "}")
+    size_t type = t->getType();
+    if (type == ParLexer::NEWLINE || text == ";" || text == "{" || text == "}")
       statementTokens = 0;
     else if (++statementTokens > kMaxStatementTokens) {
       diags.error(source.rangeOf(t), "statement is too long (more than " +
                                          llvm::Twine(kMaxStatementTokens) + " tokens)");
       return false;
     }
-    if (text == "(" || text == "[" || text == "{") {
-      if (++depth > kMaxNesting) {
-        diags.error(source.rangeOf(t), "nesting is too deep (more than " +
-                                           llvm::Twine(kMaxNesting) +
-                                           " levels of brackets and braces)");
-        return false;
-      }
-    } else if ((text == ")" || text == "]" || text == "}") && depth > 0) {
-      --depth;
+    bool open = text == "(" || text == "[" || text == "{";
+    bool close = text == ")" || text == "]" || text == "}";
+    // Names include the soft keywords (`x`, `1f1b`), which are tokens of their own.
+    bool operand = type == ParLexer::NUMBER || type == ParLexer::STRING || close ||
+                   (type != ParLexer::NEWLINE && !text.empty() && llvm::isAlnum(text[0]));
+    if ((text == "-" || text == "+") && !afterOperand) {
+      ++signsAtLevel.back();
+      ++openSigns;
+    } else if (open) {
+      signsAtLevel.push_back(0);
+    } else if (close && signsAtLevel.size() > 1) {
+      openSigns -= signsAtLevel.back();
+      signsAtLevel.pop_back();
+    }
+    if (operand) {
+      openSigns -= signsAtLevel.back();
+      signsAtLevel.back() = 0;
+    }
+    afterOperand = operand || type == ParLexer::RATE_UNIT;
+    if (signsAtLevel.size() - 1 + openSigns > kMaxNesting) {
+      diags.error(source.rangeOf(t), "nesting is too deep (more than " + llvm::Twine(kMaxNesting) +
+                                         " levels of brackets, braces and signs)");
+      return false;
     }
   }
   return true;
 }
 
-std::vector<std::unique_ptr<ast::Block>> ModuleReader::parseBufferId(unsigned bufferId) {
+void ModuleReader::parseBufferId(unsigned bufferId, ast::Module &out) {
   const llvm::MemoryBuffer *buffer = diags.getSourceMgr().getMemoryBuffer(bufferId);
   llvm::StringRef text = buffer->getBuffer();
   if (!validUTF8(text))
-    return {};
+    return;
 
   frontend::SourceText source(text);
+  frontend::SyntaxErrorLog log;
   antlr4::ANTLRInputStream input(text.str());
-  frontend::ReportingLexer lexer(&input, source, diags);
+  frontend::ReportingLexer lexer(&input, source, diags, log);
   lexer.removeErrorListeners();
   antlr4::CommonTokenStream tokens(&lexer);
   tokens.fill();
   if (!withinLimits(tokens, source))
-    return {};
+    return;
 
   ParParser parser(&tokens);
   parser.removeErrorListeners();
-  parser.setErrorHandler(std::make_shared<frontend::HumanErrorStrategy>(source, diags));
+  parser.setErrorHandler(std::make_shared<frontend::HumanErrorStrategy>(source, diags, log));
   ParParser::FileContext *tree = parser.file();
 
-  frontend::IncludeHandler onInclude = [&](llvm::StringRef path, llvm::SMRange where) {
-    return include(path, where, bufferId);
+  frontend::IncludeHandler onInclude = [&](llvm::StringRef path, llvm::SMRange where,
+                                           ast::Module &into) {
+    include(path, where, bufferId, into);
   };
-  return frontend::buildAST(tree, source, diags, onInclude);
+  frontend::buildAST(tree, source, diags, log, onInclude, out);
 }
 
-std::vector<std::unique_ptr<ast::Block>>
-ModuleReader::include(llvm::StringRef path, llvm::SMRange where, unsigned fromBuffer) {
+void ModuleReader::include(llvm::StringRef path, llvm::SMRange where, unsigned fromBuffer,
+                           ast::Module &out) {
   llvm::SourceMgr &sm = diags.getSourceMgr();
   llvm::SmallString<256> resolved(path);
   if (!llvm::sys::path::is_absolute(resolved)) {
@@ -118,32 +140,39 @@ ModuleReader::include(llvm::StringRef path, llvm::SMRange where, unsigned fromBu
     resolved = llvm::sys::path::parent_path(including);
     llvm::sys::path::append(resolved, path);
   }
+  if (path.empty()) {
+    diags.error(where, "'include' needs a file name");
+    return;
+  }
+  if (llvm::sys::fs::is_directory(resolved)) {
+    diags.ioError(where.Start, "cannot include '" + path + "': it is a directory");
+    return;
+  }
   auto file = llvm::MemoryBuffer::getFile(resolved, /*IsText=*/true);
   if (!file) {
     diags.ioError(where.Start, "cannot open included file '" + path +
                                    "': " + file.getError().message());
-    return {};
+    return;
   }
   llvm::SmallString<256> real;
   if (llvm::sys::fs::real_path(resolved, real))
     real = resolved;
   if (llvm::is_contained(includeStack, std::string(real))) {
     diags.error(where, "include cycle: '" + path + "' is already being read");
-    return {};
+    return;
   }
   if (includeStack.size() >= kMaxIncludeDepth) {
     diags.error(where, "includes are nested too deeply (more than " +
                            llvm::Twine(kMaxIncludeDepth) + " files)");
-    return {};
+    return;
   }
   // Include-once: a cluster shared by two included files is defined a single time.
   if (!includedFiles.insert(real).second)
-    return {};
+    return;
   unsigned id = sm.AddNewSourceBuffer(std::move(*file), where.Start);
   includeStack.push_back(std::string(real));
-  auto blocks = parseBufferId(id);
+  parseBufferId(id, out);
   includeStack.pop_back();
-  return blocks;
 }
 
 ast::Module readModule(unsigned mainBuffer, DiagnosticEngine &diags) {
@@ -155,7 +184,7 @@ ast::Module readModule(unsigned mainBuffer, DiagnosticEngine &diags) {
     reader.includeStack.push_back(std::string(real));
   }
   ast::Module module;
-  module.blocks = reader.parseBufferId(mainBuffer);
+  reader.parseBufferId(mainBuffer, module);
   llvm::StringRef text = diags.getSourceMgr().getMemoryBuffer(mainBuffer)->getBuffer();
   module.endLoc = llvm::SMLoc::getFromPointer(text.end());
   return module;

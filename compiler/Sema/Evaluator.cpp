@@ -12,12 +12,26 @@ namespace {
 
 const char *kIntLimit = "9223372036854775807";
 
+/// A value as messages show it: `-1e-06 s`, `19.2`, in base units.
 std::string showNumber(const Value &v) {
-  if (v.isInt)
-    return std::to_string(v.i);
   std::string s;
-  llvm::raw_string_ostream(s) << llvm::format("%g", v.r);
-  return s;
+  llvm::raw_string_ostream os(s);
+  if (v.isInt)
+    os << v.i;
+  else
+    os << llvm::format("%.15g", v.r);
+  if (!v.dim.isNone())
+    os << " " << v.dim.baseUnit();
+  return os.str();
+}
+
+/// Literals and names are quoted in messages; a megabyte of digits is cut short.
+std::string abbreviate(llvm::StringRef text) {
+  constexpr size_t kMaxShown = 40;
+  if (text.size() <= kMaxShown)
+    return text.str();
+  return text.take_front(kMaxShown - 8).str() + "... (" + std::to_string(text.size()) +
+         " characters)";
 }
 
 std::string joinWords(llvm::ArrayRef<llvm::StringRef> words) {
@@ -42,15 +56,15 @@ std::optional<Value> Evaluator::evalLiteral(const ast::Expr &expr) {
   if (text.find_first_of(".eE") == llvm::StringRef::npos) {
     auto parsed = parseDecimalInt(text);
     if (!parsed) {
-      diags.error(expr.range, "integer literal '" + text + "' is too large (the limit is " +
-                                  kIntLimit + ")");
+      diags.error(expr.range, "integer literal '" + abbreviate(text) +
+                                  "' is too large (the limit is " + kIntLimit + ")");
       return std::nullopt;
     }
     v = Value::integer(*parsed);
   } else {
     double r = std::strtod(text.str().c_str(), nullptr);
     if (!std::isfinite(r)) {
-      diags.error(expr.range, "number '" + text + "' is too large");
+      diags.error(expr.range, "number '" + abbreviate(text) + "' is too large");
       return std::nullopt;
     }
     v = Value::real(r);
@@ -59,7 +73,7 @@ std::optional<Value> Evaluator::evalLiteral(const ast::Expr &expr) {
     return v;
   auto unit = lookupUnit(expr.unit);
   if (!unit) {
-    diags.error(expr.unitRange, "unknown unit '" + expr.unit + "'" +
+    diags.error(expr.unitRange, "unknown unit '" + abbreviate(expr.unit) + "'" +
                                     didYouMean(expr.unit, allUnitSpellings()));
     return std::nullopt;
   }
@@ -70,7 +84,8 @@ std::optional<Value> Evaluator::evalLiteral(const ast::Expr &expr) {
       v.r = double(*scaled);
       return v;
     }
-    diags.error(expr.range, "'" + text + " " + expr.unit + "' does not fit a 64-bit integer");
+    diags.error(expr.range,
+                "'" + abbreviate(text) + " " + expr.unit + "' does not fit a 64-bit integer");
     return std::nullopt;
   }
   v.r = v.asDouble() * unit->scale;
@@ -78,14 +93,16 @@ std::optional<Value> Evaluator::evalLiteral(const ast::Expr &expr) {
   return v;
 }
 
-std::optional<Value> Evaluator::evalRef(const ast::Expr &expr, const Scope &scope) {
+const ResolvedField *Evaluator::resolveRef(const ast::Expr &expr, const Scope &scope) {
   llvm::StringRef head = expr.path[0];
   const ResolvedBlock *block = nullptr;
   const ResolvedField *field = nullptr;
   // The innermost scope that knows the first name decides what it means.
   for (const Scope *s = &scope; s && !field && !block; s = s->parent) {
     if (s->failed.count(head))
-      return std::nullopt;
+      return nullptr;
+    if (!s->block)
+      continue;
     if ((field = s->block->field(head)))
       break;
     if ((block = s->block->nestedBlock(head)))
@@ -96,44 +113,65 @@ std::optional<Value> Evaluator::evalRef(const ast::Expr &expr, const Scope &scop
         if (f && f->name == head) {
           diags.error(expr.range, "'" + head + "' is used before it is defined");
           diags.note(f->nameRange, "'" + head + "' is defined here");
-          return std::nullopt;
+          return nullptr;
         }
       }
     }
   }
   if (!field && !block)
     block = lookupBlock(head);
+  if (!field && !block && llvm::is_contained(blockNames, head)) {
+    diags.error(expr.range, "'" + head +
+                                "' is declared further down; a block can only refer "
+                                "to the blocks above it");
+    return nullptr;
+  }
+  // A required field that is not written: the block's "missing required field" error says so.
+  for (const Scope *s = &scope; s && !field && !block; s = s->parent)
+    if (s->schema && s->schema->field(head) && s->schema->field(head)->required)
+      return nullptr;
   if (!field && !block) {
     std::vector<llvm::StringRef> visible(blockNames);
     for (const Scope *s = &scope; s; s = s->parent)
-      for (const ResolvedField &f : s->block->fields)
-        visible.push_back(f.name);
-    diags.error(expr.range, "unknown name '" + head + "'" + didYouMean(head, visible));
-    return std::nullopt;
+      if (s->block)
+        for (const ResolvedField &f : s->block->fields)
+          visible.push_back(f.name);
+    diags.error(expr.range, "unknown name '" + abbreviate(head) + "'" + didYouMean(head, visible));
+    return nullptr;
   }
   for (size_t i = 1; i < expr.path.size(); ++i) {
     if (!block) {
       diags.error(expr.range, "'" + expr.path[i - 1] + "' is a field, it has no '" +
                                   expr.path[i] + "'");
-      return std::nullopt;
+      return nullptr;
     }
     llvm::StringRef part = expr.path[i];
     const ResolvedBlock *parent = block;
     field = parent->field(part);
     block = field ? nullptr : parent->nestedBlock(part);
     if (!field && !block) {
+      // The field is missing or wrong over there, and that block's own error says so.
+      if (parent->hasErrors)
+        return nullptr;
       std::vector<llvm::StringRef> names;
       for (const ResolvedField &f : parent->fields)
         names.push_back(f.name);
       diags.error(expr.range, "'" + expr.path[i - 1] + "' has no field '" + part + "'" +
                                   didYouMean(part, names));
-      return std::nullopt;
+      return nullptr;
     }
   }
   if (!field) {
     diags.error(expr.range, "'" + expr.path.back() + "' is a block, not a value");
-    return std::nullopt;
+    return nullptr;
   }
+  return field;
+}
+
+std::optional<Value> Evaluator::evalRef(const ast::Expr &expr, const Scope &scope) {
+  const ResolvedField *field = resolveRef(expr, scope);
+  if (!field)
+    return std::nullopt;
   if (field->value.kind != Value::Number) {
     diags.error(expr.range, "'" + expr.path.back() + "' is " + field->value.str() +
                                 ", not a number");
@@ -262,10 +300,19 @@ std::optional<Value> Evaluator::typeNumber(const ast::Expr &expr, Value v, const
     }
     if (spec.dim == Dimension::size() && !v.isInt) {
       if (v.r > 9.2e18) {
-        diags.error(expr.range, "'" + name + "' is too large");
+        diags.error(expr.range, "'" + name + "' is too large: " + showNumber(v) +
+                                    " does not fit a 64-bit byte count");
         return std::nullopt;
       }
-      v = Value::integer(int64_t(std::llround(v.r)), v.dim);
+      Value rounded = Value::integer(int64_t(std::llround(v.r)), v.dim);
+      if (rounded.i == 0) {
+        diags.error(expr.range, "'" + name + "' must be at least 1 B, got " + showNumber(v));
+        return std::nullopt;
+      }
+      if (double(rounded.i) != v.r)
+        diags.warning(expr.range, "'" + name + "' is not a whole number of bytes (" +
+                                      showNumber(v) + "); using " + showNumber(rounded));
+      v = rounded;
     }
     return v;
   }
@@ -307,10 +354,22 @@ std::optional<Value> Evaluator::typeNumber(const ast::Expr &expr, Value v, const
   return v;
 }
 
-std::optional<Value> Evaluator::evalWord(const ast::Expr &expr, const FieldSpec &spec) {
+std::optional<Value> Evaluator::evalWord(const ast::Expr &expr, const FieldSpec &spec,
+                                         const Scope &scope) {
   std::vector<llvm::StringRef> words = spec.words;
   if (spec.type == FieldType::Bool)
     words = {"true", "false"};
+  // `dtype = gpt.dtype`: the same setting as another block.
+  if (expr.kind == ast::Expr::Ref && expr.path.size() > 1) {
+    const ResolvedField *field = resolveRef(expr, scope);
+    if (!field)
+      return std::nullopt;
+    if (field->value.kind == Value::Word && llvm::is_contained(words, field->value.word))
+      return field->value;
+    diags.error(expr.range, "'" + expr.path.back() + "' is " + field->value.str() +
+                                ", not one of " + joinWords(words) + " for '" + spec.name + "'");
+    return std::nullopt;
+  }
   auto name = bareName(expr);
   if (!name) {
     diags.error(expr.range, "expected " + joinWords(words) + " for '" + spec.name + "'");
@@ -411,7 +470,7 @@ std::optional<Value> Evaluator::evaluateField(const ast::Expr &expr, const Field
   switch (spec.type) {
   case FieldType::Enum:
   case FieldType::Bool:
-    return evalWord(expr, spec);
+    return evalWord(expr, spec, scope);
   case FieldType::Order:
     return evalOrder(expr);
   case FieldType::Schedule:

@@ -12,10 +12,12 @@
 namespace parc::sema {
 
 /// Where a name in an expression is looked up: the fields of the block being evaluated (those
-/// written so far), then its enclosing block, then top-level blocks by name.
+/// written so far), then its enclosing block, then top-level blocks by name. The outermost
+/// scope has no block; it holds the top-level blocks lost to syntax errors.
 struct Scope {
   ResolvedBlock *block = nullptr;
   const ast::Block *syntax = nullptr; // to tell "defined later" from "undefined"
+  const BlockSchema *schema = nullptr; // to tell a missing required field from an unknown name
   const Scope *parent = nullptr;
   llvm::StringSet<> failed; // fields whose value had an error: uses of them stay quiet
 };
@@ -36,10 +38,13 @@ public:
 private:
   std::optional<Value> evalNumeric(const ast::Expr &expr, const Scope &scope);
   std::optional<Value> evalLiteral(const ast::Expr &expr);
+  /// The field a reference names (`hidden`, `gpt.hidden`, `dgx.gpu.memory`); null after an
+  /// error, or quietly when the name already failed.
+  const ResolvedField *resolveRef(const ast::Expr &expr, const Scope &scope);
   std::optional<Value> evalRef(const ast::Expr &expr, const Scope &scope);
   std::optional<Value> evalBinary(const ast::Expr &expr, const Value &l, const Value &r);
   std::optional<Value> typeNumber(const ast::Expr &expr, Value v, const FieldSpec &spec);
-  std::optional<Value> evalWord(const ast::Expr &expr, const FieldSpec &spec);
+  std::optional<Value> evalWord(const ast::Expr &expr, const FieldSpec &spec, const Scope &scope);
   std::optional<Value> evalOrder(const ast::Expr &expr);
   std::optional<Value> evalSchedule(const ast::Expr &expr, const Scope &scope);
 

@@ -3,6 +3,7 @@
 #include "parc/Support/NameSuggest.h"
 
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace parc {
 using namespace sema;
@@ -34,6 +35,16 @@ std::string quotedList(llvm::ArrayRef<std::string> names) {
   return out;
 }
 
+/// "; did you mean 'X'?" for a misspelt name, remembering X in `meant`.
+std::string suggestionFor(llvm::StringRef typo, llvm::ArrayRef<llvm::StringRef> names,
+                          llvm::StringSet<> &meant) {
+  auto guess = suggestName(typo, names);
+  if (!guess)
+    return "";
+  meant.insert(*guess);
+  return "; did you mean '" + *guess + "'?";
+}
+
 class Analyzer {
 public:
   Analyzer(DiagnosticEngine &diags, std::vector<llvm::StringRef> blockNames)
@@ -55,6 +66,12 @@ private:
   std::optional<LayerGroup> resolveLayer(const ast::LayerDecl &decl, const Scope &scope,
                                          const ResolvedBlock &model);
   void checkLayerStructure(const ast::Block &syntax, const ResolvedBlock &model);
+  void warnIneffectiveTrainSettings(const ResolvedBlock &train);
+  /// A second block of a name: its body is still checked, but nothing can refer to it.
+  void checkDuplicate(const ast::Block &block, const Scope &fileScope) {
+    ResolvedBlock unused;
+    resolveBlock(block, schemaFor(block.kind), unused, &fileScope);
+  }
   void recordRanges(const ResolvedBlock &block, const std::string &prefix, Program &program);
 
   DiagnosticEngine &diags;
@@ -70,8 +87,14 @@ bool Analyzer::resolveBlock(const ast::Block &syntax, const BlockSchema &schema,
   Scope scope;
   scope.block = &out;
   scope.syntax = &syntax;
+  scope.schema = &schema;
   scope.parent = parent;
+  for (const std::string &name : syntax.unparsedNames)
+    scope.failed.insert(name);
   llvm::StringMap<llvm::SMRange> seen;
+  // Names that misspelt fields and blocks were taken for: not reported missing as well.
+  llvm::StringSet<> meant;
+  bool reportedMissingClose = false;
   bool ok = true;
   for (const ast::Statement &st : syntax.statements) {
     if (auto *f = std::get_if<ast::Field>(&st)) {
@@ -89,7 +112,7 @@ bool Analyzer::resolveBlock(const ast::Block &syntax, const BlockSchema &schema,
                                         " { ... }'");
         else
           diags.error(f->nameRange, "unknown field '" + f->name + "' in " + schema.kind.str() +
-                                        didYouMean(f->name, schema.fieldNames()));
+                                        suggestionFor(f->name, schema.fieldNames(), meant));
         scope.failed.insert(f->name);
         ok = false;
         continue;
@@ -110,12 +133,26 @@ bool Analyzer::resolveBlock(const ast::Block &syntax, const BlockSchema &schema,
         continue;
       }
       const BlockSchema *innerSchema = schema.nestedSchema(inner.name);
+      // `intra_node` inside `gpu`: the gpu block's '}' went missing above it. One error says
+      // so; the blocks after it are in the same place for the same reason.
+      bool belongsOutside =
+          !innerSchema && parent && parent->schema && parent->schema->nestedSchema(inner.name);
+      if (belongsOutside) {
+        if (!reportedMissingClose)
+          diags.error(inner.nameRange, "'" + inner.name + "' belongs in the enclosing " +
+                                           parent->schema->kind.str() + ", not in " +
+                                           schema.kind.str() + "; is a '}' missing above it?");
+        reportedMissingClose = true;
+        ok = false;
+        continue;
+      }
       if (!innerSchema) {
         std::string where = schema.kind.str();
         diags.error(inner.nameRange,
                     "unknown block '" + inner.name + "' in " + where +
-                        (schema.nested.empty() ? " (" + where + " has no nested blocks)"
-                                               : didYouMean(inner.name, schema.nestedNames())));
+                        (schema.nested.empty()
+                             ? " (" + where + " has no nested blocks)"
+                             : suggestionFor(inner.name, schema.nestedNames(), meant)));
         ok = false;
         continue;
       }
@@ -131,7 +168,10 @@ bool Analyzer::resolveBlock(const ast::Block &syntax, const BlockSchema &schema,
 
   std::vector<std::string> missing;
   for (const FieldSpec &spec : schema.fields) {
-    if (seen.count(spec.name))
+    if (seen.count(spec.name) || meant.count(spec.name))
+      continue;
+    // `kv_heads` defaults to `heads`: when that is missing too, its own error says so.
+    if (schema.field(spec.defaultValue) && !out.field(spec.defaultValue))
       continue;
     if (spec.required) {
       missing.push_back(spec.name.str());
@@ -143,7 +183,7 @@ bool Analyzer::resolveBlock(const ast::Block &syntax, const BlockSchema &schema,
       out.fields.push_back({spec.name.str(), *v, {}, true});
   }
   for (const BlockSchema *inner : schema.nested) {
-    if (seen.count(inner->kind))
+    if (seen.count(inner->kind) || meant.count(inner->kind))
       continue;
     // A single-node cluster never uses its inter-node link.
     const ResolvedField *nodes = out.field("nodes");
@@ -153,6 +193,9 @@ bool Analyzer::resolveBlock(const ast::Block &syntax, const BlockSchema &schema,
       continue;
     missing.push_back(inner->kind.str() + " { ... }");
   }
+  // A statement lost to a syntax error may be the one that looks missing.
+  if (syntax.hasSyntaxErrors)
+    missing.clear();
   if (!missing.empty()) {
     std::string what = syntax.kind == ast::Block::Nested ? "block '" + syntax.name + "'"
                        : syntax.name.empty()
@@ -173,6 +216,7 @@ bool Analyzer::resolveBlock(const ast::Block &syntax, const BlockSchema &schema,
 
   if (syntax.kind == ast::Block::Model)
     resolveLayers(syntax, scope, out);
+  out.hasErrors = !ok || syntax.hasSyntaxErrors;
   return ok;
 }
 
@@ -281,7 +325,7 @@ void Analyzer::resolveLayers(const ast::Block &syntax, const Scope &scope, Resol
     else
       ok = false;
   }
-  if (ok)
+  if (ok && !syntax.hasSyntaxErrors)
     checkLayerStructure(syntax, model);
 }
 
@@ -318,6 +362,25 @@ void Analyzer::checkLayerStructure(const ast::Block &syntax, const ResolvedBlock
   }
 }
 
+/// Optimizer settings the chosen optimizer ignores: almost always a copy-paste leftover or a
+/// forgotten `optimizer = sgd`.
+void Analyzer::warnIneffectiveTrainSettings(const ResolvedBlock &train) {
+  const ResolvedField *optimizer = train.field("optimizer");
+  if (!optimizer)
+    return;
+  bool sgd = optimizer->value.word == "sgd";
+  static const llvm::StringRef kAdamOnly[] = {"beta1", "beta2", "eps"};
+  for (const ResolvedField &f : train.fields) {
+    if (f.defaulted)
+      continue;
+    bool adamOnly = llvm::is_contained(kAdamOnly, f.name);
+    if ((sgd && adamOnly) || (!sgd && f.name == "momentum"))
+      diags.warning(f.range, "'" + f.name + "' has no effect with optimizer " +
+                                 optimizer->value.word + "; it applies to " +
+                                 (sgd ? "adam" : "sgd") + " only");
+  }
+}
+
 void Analyzer::recordRanges(const ResolvedBlock &block, const std::string &prefix,
                             Program &program) {
   for (const ResolvedField &f : block.fields)
@@ -330,6 +393,9 @@ void Analyzer::recordRanges(const ResolvedBlock &block, const std::string &prefi
 std::optional<Program> Analyzer::run(const ast::Module &module, ResolvedModule *out) {
   const ast::Block *parallel = nullptr, *train = nullptr;
   llvm::StringMap<llvm::SMRange> declared[2]; // models, clusters
+  Scope fileScope;
+  for (const std::string &name : module.unparsedBlockNames)
+    fileScope.failed.insert(name);
   bool ok = true;
   for (const auto &block : module.blocks) {
     const ast::Block &b = *block;
@@ -341,6 +407,7 @@ std::optional<Program> Analyzer::run(const ast::Module &module, ResolvedModule *
                                      b.name + "'");
         diags.note(it->second, "previous definition is here");
         ok = false;
+        checkDuplicate(b, fileScope);
         continue;
       }
     } else {
@@ -351,12 +418,15 @@ std::optional<Program> Analyzer::run(const ast::Module &module, ResolvedModule *
                                        "' block is allowed per file");
         diags.note(slot->headerRange, "the first one is here");
         ok = false;
+        checkDuplicate(b, fileScope);
         continue;
       }
       slot = &b;
     }
     resolved.emplace_back();
-    ok &= resolveBlock(b, schemaFor(b.kind), resolved.back(), nullptr);
+    ok &= resolveBlock(b, schemaFor(b.kind), resolved.back(), &fileScope);
+    if (b.kind == ast::Block::Train)
+      warnIneffectiveTrainSettings(resolved.back());
     resolved.back().modelRef = b.modelRef;
     resolved.back().clusterRef = b.clusterRef;
     if (diags.reachedErrorLimit())
@@ -390,6 +460,8 @@ std::optional<Program> Analyzer::run(const ast::Module &module, ResolvedModule *
       if (b.kind == kind && b.name == ref)
         return &b;
     const char *what = ast::blockKindName(kind);
+    if (llvm::is_contained(module.unparsedBlockNames, ref))
+      return nullptr; // its header had a syntax error, already reported
     if (declared[other == ast::Block::Cluster].count(ref))
       diags.error(where, "'" + ref + "' is a " + ast::blockKindName(other) + ", not a " + what);
     else if (!declared[kind == ast::Block::Cluster].count(ref)) {

@@ -67,12 +67,20 @@ struct Block {
   llvm::SMRange headerRange; // keyword through the name(s)
   llvm::SMLoc closeLoc;      // the closing brace
   std::vector<Statement> statements;
+  /// A syntax error inside the block dropped some of its statements: checks for what is
+  /// missing would only repeat that error.
+  bool hasSyntaxErrors = false;
+  /// Names of the dropped statements, so that uses of them do not read as undefined.
+  std::vector<std::string> unparsedNames;
 };
 
 /// All top-level blocks of a file with its includes spliced in where they were written.
 struct Module {
   std::vector<std::unique_ptr<Block>> blocks;
   llvm::SMLoc endLoc; // end of the main file, for "missing block" errors
+  /// Names of top-level blocks dropped for a syntax error in their header: a `parallel for`
+  /// naming one of them is not reported a second time.
+  std::vector<std::string> unparsedBlockNames;
 };
 
 const char *blockKindName(Block::Kind kind);

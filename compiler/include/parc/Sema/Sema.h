@@ -56,6 +56,7 @@ struct ResolvedBlock {
   std::string name, modelRef, clusterRef;
   llvm::SMRange headerRange;
   bool declared = true; // false for a train block filled entirely from defaults
+  bool hasErrors = false; // a field is missing or failed: lookups of it stay quiet
   std::vector<ResolvedField> fields;
   std::vector<ResolvedBlock> nested;
   std::vector<LayerGroup> layers;
