@@ -168,7 +168,36 @@ const ResolvedField *Evaluator::resolveRef(const ast::Expr &expr, const Scope &s
   return field;
 }
 
+/// A field of an enclosing block that is left at its default is as usable as a written one
+/// (`global_batch = 8 * micro_batch`); nullopt when `name` is not such a field.
+std::optional<std::optional<Value>> Evaluator::unwrittenDefault(llvm::StringRef name,
+                                                                const Scope &scope) {
+  for (const Scope *s = &scope; s; s = s->parent) {
+    if (!s->block || s->failed.count(name) || s->block->field(name) ||
+        s->block->nestedBlock(name))
+      return std::nullopt;
+    if (s->syntax)
+      for (const ast::Statement &st : s->syntax->statements)
+        if (auto *f = std::get_if<ast::Field>(&st); f && f->name == name)
+          return std::nullopt;
+    const FieldSpec *spec = s->schema ? s->schema->field(name) : nullptr;
+    if (spec && !spec->required && !spec->defaultValue.empty())
+      return defaultValue(*spec, *s);
+  }
+  return std::nullopt;
+}
+
 std::optional<Value> Evaluator::evalRef(const ast::Expr &expr, const Scope &scope) {
+  if (expr.path.size() == 1) {
+    if (auto fromDefault = unwrittenDefault(expr.path[0], scope)) {
+      if (*fromDefault && (*fromDefault)->kind != Value::Number) {
+        diags.error(expr.range, "'" + expr.path[0] + "' is " + (*fromDefault)->str() +
+                                    " (its default), not a number");
+        return std::nullopt;
+      }
+      return *fromDefault;
+    }
+  }
   const ResolvedField *field = resolveRef(expr, scope);
   if (!field)
     return std::nullopt;
@@ -292,9 +321,10 @@ std::optional<Value> Evaluator::typeNumber(const ast::Expr &expr, Value v, const
                                   hint);
       return std::nullopt;
     }
-    bool isTime = spec.dim == Dimension::time();
-    if (v.asDouble() < 0 || (!isTime && v.asDouble() == 0)) {
-      diags.error(expr.range, "'" + name + "' must be " + (isTime ? "non-negative" : "positive") +
+    bool zeroAllowed = spec.allowZero || spec.dim == Dimension::time();
+    if (v.asDouble() < 0 || (!zeroAllowed && v.asDouble() == 0)) {
+      diags.error(expr.range, "'" + name + "' must be " +
+                                  (zeroAllowed ? "non-negative" : "positive") +
                                   ", got " + showNumber(v));
       return std::nullopt;
     }

@@ -41,6 +41,8 @@ private:
   /// The field a reference names (`hidden`, `gpt.hidden`, `dgx.gpu.memory`); null after an
   /// error, or quietly when the name already failed.
   const ResolvedField *resolveRef(const ast::Expr &expr, const Scope &scope);
+  std::optional<std::optional<Value>> unwrittenDefault(llvm::StringRef name,
+                                                       const Scope &scope);
   std::optional<Value> evalRef(const ast::Expr &expr, const Scope &scope);
   std::optional<Value> evalBinary(const ast::Expr &expr, const Value &l, const Value &r);
   std::optional<Value> typeNumber(const ast::Expr &expr, Value v, const FieldSpec &spec);

@@ -70,7 +70,7 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
                                {
                                    quantity("memory", Dimension::size(), true),
                                    quantity("flops", Dimension::flopRate(), true),
-                                   quantity("reserve", Dimension::size(), false, "1 GiB"),
+                                   {"reserve", FT::Quantity, false, "1 GiB", Dimension::size(), {}, 0, /*allowZero=*/true},
                                },
                                {}};
   static const BlockSchema intraNode{"intra_node",

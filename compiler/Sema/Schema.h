@@ -36,6 +36,7 @@ struct FieldSpec {
   Dimension dim;                // Quantity only
   std::vector<llvm::StringRef> words; // Enum only
   int64_t maxValue = 0;               // Natural/Count upper bound when non-zero
+  bool allowZero = false;             // Quantity: 0 is meaningful (no reserve at all)
 };
 
 struct BlockSchema {

@@ -353,11 +353,9 @@ void Analyzer::checkLayerStructure(const ast::Block &syntax, const ResolvedBlock
   }
   const LayerGroup &head = layers.back();
   if (!head.tiedTo.empty() && head.tiedTo != layers.front().name) {
-    std::vector<llvm::StringRef> names;
-    for (const LayerGroup &g : layers)
-      names.push_back(g.name);
+    // The one valid target is known, so name it rather than guess from the spelling.
     diags.error(head.range, "'tied(" + head.tiedTo + ")' must name the embedding layer '" +
-                                layers.front().name + "'" + didYouMean(head.tiedTo, {names}));
+                                layers.front().name + "'");
     diags.note(layers.front().range, "the embedding is declared here");
   }
 }
