@@ -340,6 +340,13 @@ void MappingChecker::checkFlags() {
           "sequence_parallel splits the activations of norms and dropout across the "
           "tensor-parallel group, which needs tp > 1; remove it or raise tp");
     noteField("parallel.tp", par.tp);
+  } else if (par.sequenceParallel && model.seq % par.tp != 0) {
+    // Each tp rank keeps seq / tp positions of the sequence between the tensor-parallel regions.
+    error("parallel.sequence_parallel",
+          "sequence_parallel splits the sequence over tp = " + str(par.tp) + ", but seq = " +
+              str(model.seq) + " is not a multiple of it; use a seq divisible by tp or turn "
+              "sequence_parallel off");
+    noteField("model.seq", model.seq);
   }
   if (par.zero >= 1 && dpKnown && mapping.dp == 1) {
     diags.warning(at("parallel.zero"), "zero = " + str(par.zero) +

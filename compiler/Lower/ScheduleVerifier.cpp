@@ -30,7 +30,7 @@ private:
 
 struct StageState {
   StageState(const PipelineConfig &config, size_t programSize)
-      : transferDone(programSize, false), transferTime(programSize, 0),
+      : transferDone(programSize, false), timings(programSize),
         forwardDone(config.chunks, config.microbatches),
         backwardDone(config.chunks, config.microbatches),
         activationArrived(config.chunks, config.microbatches),
@@ -41,7 +41,7 @@ struct StageState {
   bool posted = false;
   double clock = 0; // when the stage finished its last compute or batch
   std::vector<bool> transferDone;
-  std::vector<double> transferTime;
+  std::vector<OpTiming> timings;
   SlotFlags forwardDone, backwardDone, activationArrived, gradientArrived;
 };
 
@@ -61,6 +61,12 @@ public:
     if (int64_t(programs.size()) != config.stages)
       return {"expected one program per pipeline stage (" + std::to_string(config.stages) +
               "), got " + std::to_string(programs.size())};
+    for (const std::vector<double> *perVirtualStage :
+         {&costs.virtualStageForward, &costs.virtualStageBackward})
+      if (!perVirtualStage->empty() && int64_t(perVirtualStage->size()) != config.virtualStages())
+        return {"expected a compute cost per virtual stage (" +
+                std::to_string(config.virtualStages()) + "), got " +
+                std::to_string(perVirtualStage->size())};
     for (int64_t stage = 0; stage < config.stages; ++stage)
       if (!checkInstructions(stage))
         return {error};
@@ -69,8 +75,10 @@ public:
     if (!checkAllFinished() || !checkEverySlotComputed())
       return {error};
     ScheduleVerdict verdict;
-    for (const StageState &state : states)
+    for (StageState &state : states) {
       verdict.makespan = std::max(verdict.makespan, state.clock);
+      verdict.timings.push_back(std::move(state.timings));
+    }
     return verdict;
   }
 
@@ -164,7 +172,7 @@ private:
       if (!batchComplete(state))
         return true;
       for (size_t index = state.pc; index < state.batchEnd; ++index)
-        state.clock = std::max(state.clock, state.transferTime[index]);
+        state.clock = std::max(state.clock, state.timings[index].end);
       state.pc = state.batchEnd;
       state.posted = false;
     }
@@ -183,9 +191,18 @@ private:
     if (!(forward ? forwardInputReady(stage, index) : backwardInputReady(stage, index)))
       return false;
     done.set(op.chunk, op.microbatch);
-    double cost = forward ? costs.forward : costs.backward;
-    state.clock += cost / double(config.chunks);
+    state.timings[index].start = state.clock;
+    state.clock += computeCost(forward, config.virtualStageOf(stage, op.chunk));
+    state.timings[index].end = state.clock;
     return true;
+  }
+
+  double computeCost(bool forward, int64_t virtualStage) const {
+    const std::vector<double> &perVirtualStage =
+        forward ? costs.virtualStageForward : costs.virtualStageBackward;
+    if (!perVirtualStage.empty())
+      return perVirtualStage[virtualStage];
+    return (forward ? costs.forward : costs.backward) / double(config.chunks);
   }
 
   bool forwardInputReady(int64_t stage, size_t index) {
@@ -247,6 +264,8 @@ private:
       if (op.kind == PipeOpKind::SendGradient && !state.backwardDone.test(op.chunk, op.microbatch))
         return fail(stage, index, "sends a gradient its backward has not computed yet");
     }
+    for (size_t index = state.pc; index < end; ++index)
+      state.timings[index].start = state.clock;
     state.batchEnd = end;
     state.posted = true;
     return true;
@@ -288,7 +307,7 @@ private:
 
   void complete(int64_t stage, size_t index, double time) {
     states[stage].transferDone[index] = true;
-    states[stage].transferTime[index] = time;
+    states[stage].timings[index].end = time;
   }
 
   bool recordArrival(int64_t stage, size_t index) {

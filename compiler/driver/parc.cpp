@@ -4,12 +4,25 @@
 // library; this file only wires options to them and turns the outcome into an exit code.
 //
 //===----------------------------------------------------------------------===//
+#include "parc/Check/LayoutPrinter.h"
+#include "parc/Check/Mapping.h"
+#include "parc/Cost/MemoryModel.h"
+#include "parc/Cost/Report.h"
+#include "parc/Emit/PipelineSVG.h"
+#include "parc/Emit/PlanDirectory.h"
+#include "parc/Emit/RankPlanStream.h"
+#include "parc/Emit/StepTimeline.h"
+#include "parc/Emit/Trace.h"
 #include "parc/Frontend/Parser.h"
+#include "parc/Lower/Lowering.h"
+#include "parc/Lower/PlanText.h"
+#include "parc/Plan/PlanJSON.h"
 #include "parc/Sema/Sema.h"
 #include "parc/Support/Units.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/WithColor.h"
 
@@ -22,23 +35,48 @@ cl::OptionCategory parcCategory("parc options");
 
 cl::opt<std::string> inputFile(cl::Positional, cl::desc("<file.par>"), cl::Required,
                                cl::cat(parcCategory));
-cl::opt<std::string> outputPath("o", cl::desc("Output directory (plans) or file"),
-                                cl::value_desc("path"), cl::cat(parcCategory));
+cl::opt<std::string> outputPath(
+    "o",
+    cl::desc("Write every rank's plan and manifest.json to this directory, replacing a previous "
+             "plan directory atomically; with --emit=trace or --emit=svg, the file to write"),
+    cl::value_desc("path"), cl::cat(parcCategory));
 
-enum class EmitKind { Summary, AST };
+enum class EmitKind { Summary, AST, Layout, Trace, SVG, PlanText };
 cl::opt<EmitKind> emitKind(
     "emit", cl::desc("What to produce"), cl::init(EmitKind::Summary),
     cl::values(clEnumValN(EmitKind::Summary, "summary", "a short summary (default)"),
-               clEnumValN(EmitKind::AST, "ast", "the resolved semantic model as text")),
+               clEnumValN(EmitKind::AST, "ast", "the resolved semantic model as text"),
+               clEnumValN(EmitKind::Layout, "layout",
+                          "every rank's node, coordinates and process groups"),
+               clEnumValN(EmitKind::Trace, "trace",
+                          "the simulated pipeline step as a Chrome trace / Perfetto JSON "
+                          "(to -o FILE.json, or stdout)"),
+               clEnumValN(EmitKind::SVG, "svg",
+                          "the pipeline diagram of the simulated step (to -o FILE.svg, or "
+                          "stdout)"),
+               clEnumValN(EmitKind::PlanText, "plan-text",
+                          "with --rank=R: a readable listing of that rank's plan")),
     cl::cat(parcCategory));
+cl::opt<int64_t> rankToPrint("rank",
+                             cl::desc("Print the JSON plan of rank R to stdout, lowering only "
+                                      "that rank"),
+                             cl::value_desc("R"), cl::init(-1), cl::cat(parcCategory));
 cl::opt<bool> checkOnly("check", cl::desc("Only diagnose; print nothing on success"),
                         cl::cat(parcCategory));
 cl::opt<bool> warningsAsErrors("Werror", cl::desc("Treat warnings as errors"),
                                cl::cat(parcCategory));
+enum class ReportKind { None, Text, JSON };
+cl::opt<ReportKind> reportKind(
+    "report", cl::desc("After the diagnostics, print memory, FLOPs and traffic estimates"),
+    cl::init(ReportKind::None), cl::ValueOptional,
+    cl::values(clEnumValN(ReportKind::Text, "", "as text tables (--report)"),
+               clEnumValN(ReportKind::Text, "text", "as text tables"),
+               clEnumValN(ReportKind::JSON, "json", "as one JSON object")),
+    cl::cat(parcCategory));
 
 void printVersion(llvm::raw_ostream &os) { os << "parc 0.1.0 (plan format parc-plan/1)\n"; }
 
-void printSummary(const Program &p, llvm::raw_ostream &os) {
+void printSummary(const Program &p, const Mapping &mapping, llvm::raw_ostream &os) {
   const ModelSpec &m = p.model;
   const ClusterSpec &c = p.cluster;
   const ParallelSpec &par = p.parallel;
@@ -48,14 +86,89 @@ void printSummary(const Program &p, llvm::raw_ostream &os) {
   os << "cluster  " << c.name << ": " << c.nodes << " x " << c.gpusPerNode << " GPUs ("
      << c.world() << "), " << formatBytes(double(c.gpuMemory)) << " and "
      << formatQuantity(c.gpuFlops, Dimension::flopRate()) << " each\n";
-  os << "mapping  tp " << par.tp << ", pp " << par.pp << ", dp "
-     << (par.dpAuto ? std::string("auto") : std::to_string(par.dp)) << ", order "
+  os << "mapping  tp " << par.tp << ", pp " << par.pp << ", dp " << mapping.dp
+     << (par.dpAuto ? " (auto)" : "") << ", order "
      << toString(par.order[0]) << "-" << toString(par.order[1]) << "-" << toString(par.order[2])
      << ", schedule " << toString(par.schedule);
   if (par.schedule == ScheduleKind::Interleaved)
     os << "(chunks = " << par.chunks << ")";
   os << ", zero " << par.zero << ", recompute " << toString(par.recompute)
      << (par.sequenceParallel ? ", sequence parallel" : "") << "\n";
+  os << "batch    global " << mapping.globalBatch << " = " << mapping.microbatches
+     << " microbatches (M) x micro_batch " << mapping.microBatch << " x dp " << mapping.dp
+     << ", pipeline bubble "
+     << llvm::format("%.1f%%", 100 * bubbleFraction(mapping, par.schedule)) << "\n";
+}
+
+/// `-o DIR`: every rank's plan and the manifest, written atomically. A refused DIR fails
+/// before the lowering spends any time. Returns the plan id, or nothing after an error.
+std::optional<std::string> writePlans(const Program &program, const Mapping &mapping,
+                                      DiagnosticEngine &diags) {
+  if (llvm::Error error = checkPlanDirectoryTarget(outputPath)) {
+    diags.ioError(llvm::SMLoc(), llvm::toString(std::move(error)));
+    return std::nullopt;
+  }
+  llvm::Expected<std::vector<plan::RankPlan>> plans = lowerAllRanks(program, mapping);
+  if (!plans) {
+    diags.error(llvm::SMLoc(), llvm::toString(plans.takeError()));
+    return std::nullopt;
+  }
+  plan::Manifest manifest = buildManifest(program, mapping, plans->front().planId);
+  if (llvm::Error error = writePlanDirectory(outputPath, manifest, *plans)) {
+    diags.ioError(llvm::SMLoc(), llvm::toString(std::move(error)));
+    return std::nullopt;
+  }
+  return manifest.planId;
+}
+
+/// `--rank=R`, as JSON or (`--emit=plan-text`) as a listing. The plan id names the job, so
+/// one rank's plan carries the id of the whole set without lowering the other ranks.
+int printRankPlan(const Program &program, const Mapping &mapping) {
+  int64_t world = mapping.layout.world();
+  if (!rankToPrint.getNumOccurrences() || rankToPrint < 0 || rankToPrint >= world) {
+    llvm::WithColor::error(llvm::errs(), "parc")
+        << (!rankToPrint.getNumOccurrences()
+                ? "--emit=plan-text lists one rank's plan; choose it with --rank=R"
+                : "--rank=" + std::to_string(rankToPrint) +
+                      " is not a rank of this job; use 0 to " + std::to_string(world - 1))
+        << "\n";
+    return ExitUsageOrIO;
+  }
+  plan::RankPlan plan =
+      lowerRank(program, mapping, rankToPrint, computeJobPlanId(program, mapping));
+  if (llvm::Error error = plan::verifyRankPlan(plan)) {
+    llvm::WithColor::error(llvm::errs(), "parc")
+        << "internal error: the plan of rank " << rankToPrint
+        << " fails verification: " << llvm::toString(std::move(error)) << "\n";
+    return ExitInputError;
+  }
+  if (emitKind == EmitKind::PlanText)
+    printPlanText(plan, llvm::outs());
+  else
+    streamRankPlan(llvm::outs(), plan, JSONLayout::Pretty);
+  return ExitSuccess;
+}
+
+/// `--emit=trace` and `--emit=svg`: the simulated step, to -o FILE or stdout.
+int emitStep(const Program &program, const Mapping &mapping, DiagnosticEngine &diags) {
+  llvm::Expected<StepTimeline> timeline = simulateStep(program, mapping);
+  if (!timeline) {
+    diags.error(llvm::SMLoc(), llvm::toString(timeline.takeError()));
+    return diags.exitCode();
+  }
+  auto write = [&](llvm::raw_ostream &os) {
+    if (emitKind == EmitKind::Trace)
+      writeTrace(*timeline, program, mapping, os);
+    else
+      writePipelineSVG(*timeline, program, mapping, os);
+  };
+  if (outputPath.empty() || outputPath == "-") {
+    write(llvm::outs());
+    return diags.exitCode();
+  }
+  if (llvm::Error error = writeFileAtomically(outputPath, write))
+    diags.ioError(llvm::SMLoc(), llvm::toString(std::move(error)));
+  return diags.exitCode();
 }
 
 } // namespace
@@ -83,7 +196,35 @@ int main(int argc, char **argv) {
   }
   if (!program || diags.hasErrors())
     return diags.exitCode() ? diags.exitCode() : ExitInputError;
-  if (!checkOnly)
-    printSummary(*program, llvm::outs());
+  auto mapping = checkMapping(*program, diags);
+  if (!mapping)
+    return ExitInputError;
+  checkMemory(*program, *mapping, diags);
+  // The report also follows an out-of-memory error: its table shows where the bytes go.
+  if (reportKind == ReportKind::Text) {
+    printReport(*program, *mapping, llvm::outs());
+    return diags.exitCode();
+  }
+  if (reportKind == ReportKind::JSON) {
+    llvm::outs() << llvm::formatv("{0:2}", reportToJSON(*program, *mapping)) << "\n";
+    return diags.exitCode();
+  }
+  if (diags.hasErrors())
+    return diags.exitCode();
+  if (emitKind == EmitKind::Trace || emitKind == EmitKind::SVG)
+    return emitStep(*program, *mapping, diags);
+  if (rankToPrint.getNumOccurrences() || emitKind == EmitKind::PlanText)
+    return printRankPlan(*program, *mapping);
+  std::optional<std::string> planId;
+  if (emitKind == EmitKind::Summary && !outputPath.empty())
+    if (!(planId = writePlans(*program, *mapping, diags)))
+      return diags.exitCode();
+  if (emitKind == EmitKind::Layout)
+    printLayout(*mapping, *program, llvm::outs());
+  else if (!checkOnly)
+    printSummary(*program, *mapping, llvm::outs());
+  if (planId && !checkOnly)
+    llvm::outs() << "plans    " << mapping->layout.world() << " rank plans and manifest.json in "
+                 << outputPath << " (plan id " << *planId << ")\n";
   return diags.exitCode();
 }

@@ -158,7 +158,7 @@ const OpInfo &opInfo(OpKind kind) {
       {1, 1, false, ropeAttrs},      // rope: x -> y
       {3, 1, false, attentionAttrs}, // attention: q, k, v -> y
       {1, 1, false, {}},             // gelu
-      {1, 1, false, {}},             // swiglu
+      {2, 1, false, {}},             // swiglu: gate, up -> y
       {2, 1, false, {}},             // residual_add: a, b -> y
       {1, many, false, dimAttrs},    // split: x -> parts
       {1, 1, false, groupAttrs},     // all_reduce
@@ -174,7 +174,7 @@ const OpInfo &opInfo(OpKind kind) {
       {1, 1, true, ropeAttrs},       // rope_bwd: dy -> dx
       {4, 3, true, attentionAttrs},  // attention_bwd: q, k, v, dy -> dq, dk, dv
       {2, 1, true, {}},              // gelu_bwd: x, dy -> dx
-      {2, 1, true, {}},              // swiglu_bwd: x, dy -> dx
+      {3, 2, true, {}},              // swiglu_bwd: gate, up, dy -> dgate, dup
       {1, 2, true, {}},              // residual_add_bwd: dy -> da, db
       {many, 1, true, dimAttrs},     // split_bwd: dparts -> dx
       {3, 1, true, lossAttrs},       // cross_entropy_bwd: logits, labels, dloss -> dlogits

@@ -36,16 +36,14 @@ private:
   bool isParamGrad(StringRef name) const {
     return name.endswith(".grad") && isParam(name.drop_back(5));
   }
-  bool declared(StringRef name) const {
-    return isParam(name) || isParamGrad(name) || chunk.tensors.count(name.str());
-  }
   /// Number of dimensions of a declared operand.
   size_t rankOf(StringRef name) const;
 
   void checkTable();
   void requireEntry(StringRef name, StringRef why);
-  void checkOp(const Op &op, const std::string &opPath, bool backward);
-  void checkAttrs(const Op &op, const std::string &opPath);
+  // Paths are built only for a message: verifying a large plan visits many thousands of ops.
+  void checkOp(const Op &op, StringRef list, size_t index, bool backward);
+  void checkAttrs(const Op &op, llvm::function_ref<std::string()> opPath);
   void requireWritten(StringRef name, StringRef list, StringRef why);
 
   ReadContext &ctx;
@@ -72,15 +70,15 @@ void ChunkFlow::requireEntry(StringRef name, StringRef why) {
 void ChunkFlow::checkTable() {
   std::string tablePath = fieldPath(path, "tensors");
   for (const auto &[name, type] : chunk.tensors) {
-    std::string entry = entryPath(tablePath, name);
+    auto entry = [&, &name = name] { return entryPath(tablePath, name); };
     if (name.empty())
-      ctx.fail(entry, "a tensor needs a name");
+      ctx.fail(entry(), "a tensor needs a name");
     else if (isParam(name) || isParamGrad(name))
-      ctx.fail(entry, "'" + name + "' is a parameter or a parameter gradient, which are " +
-                          "declared by \"params\"; rename the tensor");
+      ctx.fail(entry(), "'" + name + "' is a parameter or a parameter gradient, which are " +
+                            "declared by \"params\"; rename the tensor");
     for (size_t d = 0; d < type.shape.size(); ++d)
       if (type.shape[d] < 1)
-        ctx.fail(indexPath(fieldPath(entry, "shape"), d),
+        ctx.fail(indexPath(fieldPath(entry(), "shape"), d),
                  "must be at least 1, got " + Twine(type.shape[d]));
   }
   if (!chunk.input.empty()) {
@@ -111,77 +109,83 @@ void ChunkFlow::checkTable() {
   }
 }
 
-void ChunkFlow::checkAttrs(const Op &op, const std::string &opPath) {
-  std::string attrsPath = fieldPath(opPath, "attrs");
+void ChunkFlow::checkAttrs(const Op &op, llvm::function_ref<std::string()> opPath) {
+  auto attrsPath = [&] { return fieldPath(opPath(), "attrs"); };
   for (const AttrSpec &spec : opInfo(op.kind).attrs) {
-    std::string attrPath = fieldPath(attrsPath, spec.name);
+    auto attrPath = [&] { return fieldPath(attrsPath(), spec.name); };
     StringRef name = spec.name;
     if (spec.type == AttrType::Group) {
       Group group = op.groupAttr(name);
       if (plan.groups.get(group).empty())
-        ctx.fail(attrPath, "this rank is in no '" + spelling(group) + "' group");
+        ctx.fail(attrPath(), "this rank is in no '" + spelling(group) + "' group");
     } else if (name == "vocab_offset") {
       int64_t offset = op.intAttr(name);
       if (offset < 0 || offset >= plan.model.paddedVocab)
-        ctx.fail(attrPath, Twine(offset) + " is outside the padded vocabulary of " +
-                               Twine(plan.model.paddedVocab));
+        ctx.fail(attrPath(), Twine(offset) + " is outside the padded vocabulary of " +
+                                 Twine(plan.model.paddedVocab));
     } else if (name == "heads" || name == "kv_heads") {
       if (op.intAttr(name) < 1)
-        ctx.fail(attrPath, "must be at least 1, got " + Twine(op.intAttr(name)));
+        ctx.fail(attrPath(), "must be at least 1, got " + Twine(op.intAttr(name)));
     } else if (name == "eps" || name == "theta") {
       double value = op.numberAttr(name);
       if (!(value > 0 && std::isfinite(value)))
-        ctx.fail(attrPath, "must be positive, got " + numberText(value));
+        ctx.fail(attrPath(), "must be positive, got " + numberText(value));
     } else if (name == "dim") {
       const std::string &tensor =
           op.kind == OpKind::SplitBwd ? op.outputs.front() : op.inputs.front();
       int64_t dim = op.intAttr(name);
       size_t dims = rankOf(tensor);
       if (dim < 0 || dim >= int64_t(dims))
-        ctx.fail(attrPath, "dimension " + Twine(dim) + " does not exist in '" + tensor +
-                               "', which has " + Twine(dims));
+        ctx.fail(attrPath(), "dimension " + Twine(dim) + " does not exist in '" + tensor +
+                                 "', which has " + Twine(dims));
     }
   }
   if (!ctx.failed() && (op.kind == OpKind::Attention || op.kind == OpKind::AttentionBwd) &&
       op.intAttr("heads") % op.intAttr("kv_heads") != 0)
-    ctx.fail(fieldPath(attrsPath, "kv_heads"),
+    ctx.fail(fieldPath(attrsPath(), "kv_heads"),
              "kv_heads = " + Twine(op.intAttr("kv_heads")) +
                  " does not divide heads = " + Twine(op.intAttr("heads")));
 }
 
-void ChunkFlow::checkOp(const Op &op, const std::string &opPath, bool backward) {
+void ChunkFlow::checkOp(const Op &op, StringRef list, size_t index, bool backward) {
+  auto opPath = [&] { return indexPath(fieldPath(path, list), index); };
   if (!checkOpSignature(ctx, op, opPath))
     return;
   if (!backward && opInfo(op.kind).backwardOnly)
-    ctx.fail(fieldPath(opPath, "op"), "'" + spelling(op.kind) + "' is a backward op; it " +
-                                          "belongs in the chunk's \"backward\" list");
+    ctx.fail(fieldPath(opPath(), "op"), "'" + spelling(op.kind) + "' is a backward op; it " +
+                                            "belongs in the chunk's \"backward\" list");
   for (size_t j = 0; j < op.inputs.size() && !ctx.failed(); ++j) {
     const std::string &name = op.inputs[j];
-    std::string operand = indexPath(fieldPath(opPath, "inputs"), j);
-    if (!declared(name))
-      ctx.fail(operand, "'" + name + "' is neither a parameter nor in the chunk's tensors");
-    else if (isParamGrad(name))
-      ctx.fail(operand, "reads the parameter gradient '" + name + "', which is complete " +
-                            "only after the step's last backward");
-    else if (!isParam(name) && !defined.count(name))
-      ctx.fail(operand, "'" + name + "' is read before any op writes it");
+    auto operand = [&] { return indexPath(fieldPath(opPath(), "inputs"), j); };
+    // The most frequent cases first: operand checks dominate verifying a large plan.
+    if (isParam(name))
+      continue;
+    if (isParamGrad(name))
+      ctx.fail(operand(), "reads the parameter gradient '" + name + "', which is complete " +
+                              "only after the step's last backward");
+    else if (!chunk.tensors.count(name))
+      ctx.fail(operand(), "'" + name + "' is neither a parameter nor in the chunk's tensors");
+    else if (!defined.count(name))
+      ctx.fail(operand(), "'" + name + "' is read before any op writes it");
   }
   for (size_t j = 0; j < op.outputs.size() && !ctx.failed(); ++j) {
     const std::string &name = op.outputs[j];
-    std::string operand = indexPath(fieldPath(opPath, "outputs"), j);
-    if (!declared(name))
-      ctx.fail(operand,
+    auto operand = [&] { return indexPath(fieldPath(opPath(), "outputs"), j); };
+    if (isParamGrad(name)) {
+      if (!backward)
+        ctx.fail(operand(), "a forward op cannot write the parameter gradient '" + name + "'");
+      else
+        gradsWritten.insert(name);
+    } else if (isParam(name)) {
+      ctx.fail(operand(), "writes the parameter '" + name + "'; parameters change only in " +
+                              "optimizer_step");
+    } else if (!chunk.tensors.count(name)) {
+      ctx.fail(operand(),
                "'" + name + "' is neither a parameter gradient nor in the chunk's " + "tensors");
-    else if (isParam(name))
-      ctx.fail(operand, "writes the parameter '" + name + "'; parameters change only in " +
-                            "optimizer_step");
-    else if (isParamGrad(name) && !backward)
-      ctx.fail(operand, "a forward op cannot write the parameter gradient '" + name + "'");
-    else if (isParamGrad(name))
-      gradsWritten.insert(name);
-    else if (!defined.insert(name).second)
-      ctx.fail(operand,
+    } else if (!defined.insert(name).second) {
+      ctx.fail(operand(),
                "'" + name + "' is written twice; only parameter gradients " + "accumulate");
+    }
   }
   if (!ctx.failed())
     checkAttrs(op, opPath);
@@ -203,14 +207,14 @@ void ChunkFlow::run() {
   if (chunk.hasHead)
     defined.insert("labels");
   for (size_t i = 0; i < chunk.forward.size() && !ctx.failed(); ++i)
-    checkOp(chunk.forward[i], indexPath(fieldPath(path, "forward"), i), /*backward=*/false);
+    checkOp(chunk.forward[i], "forward", i, /*backward=*/false);
   if (chunk.hasHead)
     requireWritten("loss", "forward", "the loss the head chunk must compute");
   else
     requireWritten(chunk.output, "forward", "the activation the chunk sends");
   defined.insert(chunk.hasHead ? "loss.grad" : gradName(chunk.output));
   for (size_t i = 0; i < chunk.backward.size() && !ctx.failed(); ++i)
-    checkOp(chunk.backward[i], indexPath(fieldPath(path, "backward"), i), /*backward=*/true);
+    checkOp(chunk.backward[i], "backward", i, /*backward=*/true);
   if (!chunk.input.empty())
     requireWritten(gradName(chunk.input), "backward",
                    "the gradient the chunk sends to the previous stage");
@@ -243,28 +247,28 @@ bool attrHasType(const AttrValue &value, AttrType type) {
 
 } // namespace
 
-bool checkOpSignature(ReadContext &ctx, const Op &op, const std::string &opPath) {
+bool checkOpSignature(ReadContext &ctx, const Op &op, llvm::function_ref<std::string()> opPath) {
   const OpInfo &info = opInfo(op.kind);
   StringRef kind = spelling(op.kind);
   if (!countMatches(info.inputs, op.inputs.size()))
-    return ctx.fail(fieldPath(opPath, "inputs"), "'" + kind + "' takes " +
-                                                     countText(info.inputs, "input") + ", got " +
-                                                     Twine(op.inputs.size()));
+    return ctx.fail(fieldPath(opPath(), "inputs"), "'" + kind + "' takes " +
+                                                       countText(info.inputs, "input") + ", got " +
+                                                       Twine(op.inputs.size()));
   if (!countMatches(info.outputs, op.outputs.size()))
-    return ctx.fail(fieldPath(opPath, "outputs"), "'" + kind + "' produces " +
-                                                      countText(info.outputs, "output") + ", got " +
-                                                      Twine(op.outputs.size()));
-  std::string attrsPath = fieldPath(opPath, "attrs");
+    return ctx.fail(fieldPath(opPath(), "outputs"), "'" + kind + "' produces " +
+                                                        countText(info.outputs, "output") +
+                                                        ", got " + Twine(op.outputs.size()));
+  auto attrsPath = [&] { return fieldPath(opPath(), "attrs"); };
   for (const AttrSpec &spec : info.attrs) {
     auto it = op.attrs.find(spec.name.str());
     if (it == op.attrs.end())
-      return ctx.fail(fieldPath(attrsPath, spec.name), "missing required field");
+      return ctx.fail(fieldPath(attrsPath(), spec.name), "missing required field");
     if (!attrHasType(it->second, spec.type))
-      return ctx.fail(fieldPath(attrsPath, spec.name), "expected " + spelling(spec.type));
+      return ctx.fail(fieldPath(attrsPath(), spec.name), "expected " + spelling(spec.type));
   }
   for (const auto &entry : op.attrs)
     if (llvm::none_of(info.attrs, [&](const AttrSpec &spec) { return spec.name == entry.first; }))
-      return ctx.fail(fieldPath(attrsPath, entry.first),
+      return ctx.fail(fieldPath(attrsPath(), entry.first),
                       "'" + kind + "' has no attribute '" + entry.first + "'");
   return true;
 }

@@ -13,6 +13,7 @@
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
 
@@ -38,10 +39,13 @@ public:
   void run();
 
 private:
-  bool inRange(const std::string &path, StringRef key, int64_t value, int64_t end, StringRef what);
-  void checkCompute(const Instr &instr, const std::string &path, int64_t index);
-  void checkTransfer(const Instr &instr, const std::string &path);
-  void checkParamList(const Instr &instr, const std::string &path, int64_t index);
+  // Instructions are named by index and their paths built only for a message: a large plan
+  // has many thousands of them.
+  std::string pathOf(int64_t index) const { return indexPath("schedule", size_t(index)); }
+  bool inRange(int64_t index, StringRef key, int64_t value, int64_t end, StringRef what);
+  void checkCompute(const Instr &instr, int64_t index);
+  void checkTransfer(const Instr &instr, int64_t index);
+  void checkParamList(const Instr &instr, int64_t index);
   void checkGroup(Group group, const std::string &path);
   std::string stepName(const Instr &instr) const {
     return "'" + spelling(instr.op).str() + "' of chunk " + std::to_string(instr.chunk) +
@@ -60,46 +64,47 @@ private:
   llvm::StringMap<int64_t> partitionOf;
 };
 
-bool ScheduleChecker::inRange(const std::string &path, StringRef key, int64_t value, int64_t end,
+bool ScheduleChecker::inRange(int64_t index, StringRef key, int64_t value, int64_t end,
                               StringRef what) {
   if (value >= 0 && value < end)
     return true;
-  return ctx.fail(fieldPath(path, key), Twine(value) + " is outside the " + Twine(end) + " " +
-                                            what + " (0 to " + Twine(end - 1) + ")");
+  return ctx.fail(fieldPath(pathOf(index), key), Twine(value) + " is outside the " + Twine(end) +
+                                                     " " + what + " (0 to " + Twine(end - 1) + ")");
 }
 
-void ScheduleChecker::checkCompute(const Instr &instr, const std::string &path, int64_t index) {
+void ScheduleChecker::checkCompute(const Instr &instr, int64_t index) {
   int64_t slot = instr.chunk * microbatches + instr.microbatch;
   const Chunk &chunk = plan.chunks[instr.chunk];
   if (instr.op == InstrKind::Forward) {
     if (fwdAt[slot] >= 0)
-      ctx.fail(path, "second " + stepName(instr) + " (the first is schedule[" + Twine(fwdAt[slot]) +
-                         "])");
+      ctx.fail(pathOf(index), "second " + stepName(instr) + " (the first is schedule[" +
+                                  Twine(fwdAt[slot]) + "])");
     else if ((chunk.hasEmbedding || chunk.hasHead) && loadAt[instr.microbatch] < 0)
-      ctx.fail(path, stepName(instr) + " runs before load_batch of its microbatch");
+      ctx.fail(pathOf(index), stepName(instr) + " runs before load_batch of its microbatch");
     fwdAt[slot] = index;
     return;
   }
   if (bwdAt[slot] >= 0)
-    ctx.fail(path,
+    ctx.fail(pathOf(index),
              "second " + stepName(instr) + " (the first is schedule[" + Twine(bwdAt[slot]) + "])");
   else if (fwdAt[slot] < 0)
-    ctx.fail(path, stepName(instr) + " comes before its 'fwd'");
+    ctx.fail(pathOf(index), stepName(instr) + " comes before its 'fwd'");
   bwdAt[slot] = index;
 }
 
-void ScheduleChecker::checkTransfer(const Instr &instr, const std::string &path) {
+void ScheduleChecker::checkTransfer(const Instr &instr, int64_t index) {
   const Chunk &chunk = plan.chunks[instr.chunk];
   int64_t slot = instr.chunk * microbatches + instr.microbatch;
   bool towardsNext = instr.op == InstrKind::SendAct || instr.op == InstrKind::RecvGrad;
   if (plan.parallel.pp == 1)
-    ctx.fail(fieldPath(path, "op"), "with one pipeline stage consecutive chunks hand tensors "
-                                    "over locally; remove the transfer");
+    ctx.fail(fieldPath(pathOf(index), "op"),
+             "with one pipeline stage consecutive chunks hand tensors "
+             "over locally; remove the transfer");
   else if (towardsNext && chunk.output.empty())
-    ctx.fail(fieldPath(path, "chunk"),
+    ctx.fail(fieldPath(pathOf(index), "chunk"),
              "chunk " + Twine(instr.chunk) + " is the last " + "virtual stage; nothing follows it");
   else if (!towardsNext && chunk.input.empty())
-    ctx.fail(fieldPath(path, "chunk"),
+    ctx.fail(fieldPath(pathOf(index), "chunk"),
              "chunk " + Twine(instr.chunk) + " is virtual stage 0; " + "nothing precedes it");
   if (ctx.failed())
     return;
@@ -107,26 +112,26 @@ void ScheduleChecker::checkTransfer(const Instr &instr, const std::string &path)
   int64_t stage = (plan.coords.pp + (towardsNext ? 1 : pp - 1)) % pp;
   int64_t expectedPeer = plan.groups.pp[stage];
   if (instr.peer != expectedPeer)
-    ctx.fail(fieldPath(path, "peer"), "the " + Twine(towardsNext ? "next" : "previous") +
-                                          " virtual stage of chunk " + Twine(instr.chunk) +
-                                          " is on rank " + Twine(expectedPeer) + ", not " +
-                                          Twine(instr.peer));
+    ctx.fail(fieldPath(pathOf(index), "peer"), "the " + Twine(towardsNext ? "next" : "previous") +
+                                                   " virtual stage of chunk " + Twine(instr.chunk) +
+                                                   " is on rank " + Twine(expectedPeer) + ", not " +
+                                                   Twine(instr.peer));
   switch (instr.op) {
   case InstrKind::SendAct:
     if (fwdAt[slot] < 0)
-      ctx.fail(path, stepName(instr) + " comes before the 'fwd' that computes it");
+      ctx.fail(pathOf(index), stepName(instr) + " comes before the 'fwd' that computes it");
     break;
   case InstrKind::RecvAct:
     if (fwdAt[slot] >= 0)
-      ctx.fail(path, stepName(instr) + " comes after the 'fwd' that needs it");
+      ctx.fail(pathOf(index), stepName(instr) + " comes after the 'fwd' that needs it");
     break;
   case InstrKind::SendGrad:
     if (bwdAt[slot] < 0)
-      ctx.fail(path, stepName(instr) + " comes before the 'bwd' that computes it");
+      ctx.fail(pathOf(index), stepName(instr) + " comes before the 'bwd' that computes it");
     break;
   case InstrKind::RecvGrad:
     if (bwdAt[slot] >= 0)
-      ctx.fail(path, stepName(instr) + " comes after the 'bwd' that needs it");
+      ctx.fail(pathOf(index), stepName(instr) + " comes after the 'bwd' that needs it");
     break;
   default:
     break;
@@ -138,8 +143,8 @@ void ScheduleChecker::checkGroup(Group group, const std::string &path) {
     ctx.fail(path, "this rank is in no '" + spelling(group) + "' group");
 }
 
-void ScheduleChecker::checkParamList(const Instr &instr, const std::string &path, int64_t index) {
-  std::string listPath = fieldPath(path, "params");
+void ScheduleChecker::checkParamList(const Instr &instr, int64_t index) {
+  std::string listPath = fieldPath(pathOf(index), "params");
   if (instr.params.empty())
     ctx.fail(listPath, "names no parameter");
   llvm::StringSet<> seen;
@@ -169,17 +174,17 @@ void ScheduleChecker::run() {
   int64_t lastGradSync = -1;
   for (size_t i = 0; i < plan.schedule.size() && !ctx.failed(); ++i) {
     const Instr &instr = plan.schedule[i];
-    std::string path = indexPath("schedule", i);
     int64_t index = int64_t(i);
     switch (instr.op) {
     case InstrKind::LoadBatch:
-      if (!inRange(path, "mb", instr.microbatch, microbatches, "microbatches"))
+      if (!inRange(index, "mb", instr.microbatch, microbatches, "microbatches"))
         break;
       if (!needsBatch)
-        ctx.fail(fieldPath(path, "op"), "this rank holds neither the embedding nor the head, "
-                                        "so it loads no batch");
+        ctx.fail(fieldPath(pathOf(index), "op"),
+                 "this rank holds neither the embedding nor the head, "
+                 "so it loads no batch");
       else if (loadAt[instr.microbatch] >= 0)
-        ctx.fail(path, "second load_batch of microbatch " + Twine(instr.microbatch));
+        ctx.fail(pathOf(index), "second load_batch of microbatch " + Twine(instr.microbatch));
       loadAt[instr.microbatch] = index;
       break;
     case InstrKind::Forward:
@@ -188,31 +193,31 @@ void ScheduleChecker::run() {
     case InstrKind::RecvAct:
     case InstrKind::SendGrad:
     case InstrKind::RecvGrad:
-      if (!inRange(path, "chunk", instr.chunk, chunks, "chunks of this rank") ||
-          !inRange(path, "mb", instr.microbatch, microbatches, "microbatches"))
+      if (!inRange(index, "chunk", instr.chunk, chunks, "chunks of this rank") ||
+          !inRange(index, "mb", instr.microbatch, microbatches, "microbatches"))
         break;
       if (isCompute(instr.op))
-        checkCompute(instr, path, index);
+        checkCompute(instr, index);
       else
-        checkTransfer(instr, path);
+        checkTransfer(instr, index);
       break;
     case InstrKind::AllReduceGrads:
     case InstrKind::ReduceScatterGrads:
       lastGradSync = index;
       [[fallthrough]];
     case InstrKind::AllGatherParams:
-      checkGroup(instr.group, fieldPath(path, "group"));
+      checkGroup(instr.group, fieldPath(pathOf(index), "group"));
       [[fallthrough]];
     case InstrKind::ReleaseParams:
-      checkParamList(instr, path, index);
+      checkParamList(instr, index);
       break;
     case InstrKind::OptimizerStep:
       if (optimizerAt >= 0)
-        ctx.fail(path, "second optimizer_step (the first is schedule[" + Twine(optimizerAt) +
-                           "]); a plan describes one step");
+        ctx.fail(pathOf(index), "second optimizer_step (the first is schedule[" +
+                                    Twine(optimizerAt) + "]); a plan describes one step");
       optimizerAt = index;
       for (size_t j = 0; j < instr.normGroups.size(); ++j) {
-        std::string groupPath = indexPath(fieldPath(path, "norm_groups"), j);
+        std::string groupPath = indexPath(fieldPath(pathOf(index), "norm_groups"), j);
         checkGroup(instr.normGroups[j], groupPath);
         if (llvm::is_contained(llvm::makeArrayRef(instr.normGroups).take_front(j),
                                instr.normGroups[j]))
@@ -260,6 +265,19 @@ void checkSchedule(ReadContext &ctx, const RankPlan &plan) {
 
 namespace parc::plan {
 
+std::string canonicalText(const Manifest &manifest) {
+  llvm::json::Value value = toJSON(manifest);
+  value.getAsObject()->erase("plan_id");
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << value;
+  return os.str();
+}
+
+std::string computeJobPlanId(const Manifest &manifest) {
+  return computePlanId({CompilerVersion.str(), canonicalText(manifest)});
+}
+
 llvm::Error verifyPlanSet(const Manifest &manifest, llvm::ArrayRef<RankPlan> plans) {
   detail::ReadContext ctx("plan set");
   if (int64_t(plans.size()) != manifest.world) {
@@ -267,9 +285,15 @@ llvm::Error verifyPlanSet(const Manifest &manifest, llvm::ArrayRef<RankPlan> pla
                      Twine(plans.size()) + " rank plans were given");
     return ctx.takeError();
   }
+  std::string id = computeJobPlanId(manifest);
+  if (id != manifest.planId) {
+    ctx.fail("plan_id", "the manifest's job hashes to " + id + ", not " + manifest.planId +
+                            "; the manifest was changed after compilation or comes from a " +
+                            "release other than " + CompilerVersion);
+    return ctx.takeError();
+  }
   llvm::json::Value manifestJSON = toJSON(manifest);
   const llvm::json::Object &summary = *manifestJSON.getAsObject();
-  std::vector<std::string> texts;
   for (size_t r = 0; r < plans.size() && !ctx.failed(); ++r) {
     const RankPlan &plan = plans[r];
     const RankEntry &entry = manifest.ranks[r];
@@ -284,18 +308,18 @@ llvm::Error verifyPlanSet(const Manifest &manifest, llvm::ArrayRef<RankPlan> pla
     else if (plan.planId != manifest.planId)
       ctx.fail("", where + "plan_id \"" + plan.planId + "\" differs from the manifest's \"" +
                        manifest.planId + "\"; the files come from different compilations");
-    llvm::json::Value planJSON = toJSON(plan);
+    // Only the summaries are compared, so only they are converted to JSON.
+    RankPlan summaries;
+    summaries.world = plan.world;
+    summaries.model = plan.model;
+    summaries.cluster = plan.cluster;
+    summaries.parallel = plan.parallel;
+    summaries.train = plan.train;
+    llvm::json::Value planJSON = toJSON(summaries);
     for (StringRef key : {"world", "model", "cluster", "parallel", "train"})
       if (!ctx.failed() && *planJSON.getAsObject()->get(key) != *summary.get(key))
         ctx.fail("", where + "its \"" + key + "\" differs from the manifest's");
-    texts.push_back(canonicalText(plan));
   }
-  if (ctx.failed())
-    return ctx.takeError();
-  std::string id = computePlanId(texts);
-  if (id != manifest.planId)
-    ctx.fail("plan_id", "the rank plans hash to " + id + ", not " + manifest.planId +
-                            "; a rank file was changed after compilation");
   return ctx.takeError();
 }
 

@@ -268,47 +268,50 @@ void checkParams(ReadContext &ctx, const RankPlan &plan) {
   llvm::StringSet<> names;
   for (size_t i = 0; i < plan.params.size() && !ctx.failed(); ++i) {
     const ParamShard &param = plan.params[i];
-    std::string path = indexPath("params", i);
+    // Built only for a message: a large plan has many parameters.
+    auto path = [&] { return indexPath("params", i); };
     if (param.name.empty())
-      ctx.fail(fieldPath(path, "name"), "a parameter needs a name");
+      ctx.fail(fieldPath(path(), "name"), "a parameter needs a name");
     else if (llvm::StringRef(param.name).endswith(".grad"))
-      ctx.fail(fieldPath(path, "name"), "'" + param.name + "' ends in \".grad\", which " +
-                                            "names gradients in op lists; rename it");
+      ctx.fail(fieldPath(path(), "name"), "'" + param.name + "' ends in \".grad\", which " +
+                                              "names gradients in op lists; rename it");
     else if (!names.insert(param.name).second)
-      ctx.fail(fieldPath(path, "name"), "parameter '" + param.name + "' is listed twice");
+      ctx.fail(fieldPath(path(), "name"), "parameter '" + param.name + "' is listed twice");
     if (param.dtype == DType::Int64)
-      ctx.fail(fieldPath(path, "dtype"), "parameters are floating point; use the model dtype");
+      ctx.fail(fieldPath(path(), "dtype"), "parameters are floating point; use the model dtype");
     if (param.shape.empty())
-      ctx.fail(fieldPath(path, "shape"), "a parameter has at least one dimension");
+      ctx.fail(fieldPath(path(), "shape"), "a parameter has at least one dimension");
     for (size_t d = 0; d < param.shape.size(); ++d)
-      atLeast(ctx, indexPath(fieldPath(path, "shape"), d), param.shape[d], 1);
+      if (param.shape[d] < 1)
+        atLeast(ctx, indexPath(fieldPath(path(), "shape"), d), param.shape[d], 1);
     if (param.slice.size() != param.shape.size())
-      ctx.fail(fieldPath(path, "slice"), "has " + Twine(param.slice.size()) +
-                                             " entries but the shape has " +
-                                             Twine(param.shape.size()) + " dimensions");
+      ctx.fail(fieldPath(path(), "slice"), "has " + Twine(param.slice.size()) +
+                                               " entries but the shape has " +
+                                               Twine(param.shape.size()) + " dimensions");
     if (ctx.failed())
       return;
     size_t rank = param.shape.size();
     for (size_t d = 0; d < rank; ++d) {
       const Slice &s = param.slice[d];
-      std::string slicePath = indexPath(fieldPath(path, "slice"), d);
+      auto slicePath = [&] { return indexPath(fieldPath(path(), "slice"), d); };
       std::optional<int64_t> end = checkedAdd(s.offset, s.size);
       if (s.offset < 0 || s.size < 1 || !end || *end > param.shape[d])
-        ctx.fail(slicePath, "slice [" + Twine(s.offset) + ", " + Twine(s.offset) + " + " +
-                                Twine(s.size) + ") lies outside dimension " + Twine(d) +
-                                " of size " + Twine(param.shape[d]));
+        ctx.fail(slicePath(), "slice [" + Twine(s.offset) + ", " + Twine(s.offset) + " + " +
+                                  Twine(s.size) + ") lies outside dimension " + Twine(d) +
+                                  " of size " + Twine(param.shape[d]));
       bool split = s.size != param.shape[d];
       bool mayBeSplit = (param.kind == ShardKind::Column || param.kind == ShardKind::Vocab)
                             ? d == 0
                             : param.kind == ShardKind::Row && d == rank - 1;
       if (split && !mayBeSplit)
-        ctx.fail(slicePath, "a " + spelling(param.kind) + " parameter is not split along " +
-                                "dimension " + Twine(d) + "; column and vocab split dim 0, " +
-                                "row the last, replicated none");
+        ctx.fail(slicePath(), "a " + spelling(param.kind) + " parameter is not split along " +
+                                  "dimension " + Twine(d) + "; column and vocab split dim 0, " +
+                                  "row the last, replicated none");
     }
     if (param.init.kind == InitKind::Normal &&
         !(param.init.std > 0 && std::isfinite(param.init.std)))
-      ctx.fail(fieldPath(path, "init.std"), "must be positive, got " + numberText(param.init.std));
+      ctx.fail(fieldPath(path(), "init.std"),
+               "must be positive, got " + numberText(param.init.std));
   }
 }
 

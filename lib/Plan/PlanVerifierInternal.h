@@ -10,6 +10,8 @@
 #include "JSONReader.h"
 #include "parc/Plan/Plan.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
+
 namespace parc::plan::detail {
 
 /// The rank layout of parallel.order (fastest-varying axis first), as in Megatron:
@@ -34,7 +36,7 @@ bool checkPlacement(ReadContext &ctx, const std::string &path, int64_t rank, int
 
 /// Operand counts and attributes of `op` against opInfo(op.kind): what the reader ensures for
 /// plans it read, checked again for plans built in memory.
-bool checkOpSignature(ReadContext &ctx, const Op &op, const std::string &opPath);
+bool checkOpSignature(ReadContext &ctx, const Op &op, llvm::function_ref<std::string()> opPath);
 
 /// The tensor tables and op lists of every chunk (PlanDataflow.cpp). Needs valid params and
 /// chunk layout.

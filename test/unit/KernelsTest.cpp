@@ -382,21 +382,24 @@ TEST(KernelsTest, GeluIsTheErfFormAndItsGradientMatches) {
   EXPECT_LT(relativeError(dx, numeric), gradTolerance);
 }
 
-TEST(KernelsTest, SwigluGatesTheSecondHalfAndItsGradientMatches) {
-  Vec point = {1.0, 2.0}, value(1);
-  swigluForward(value.data(), point.data(), 1, 1);
+TEST(KernelsTest, SwigluGatesUpAndItsGradientMatches) {
+  Vec gateAt = {1.0}, upAt = {2.0}, value(1);
+  swigluForward(value.data(), gateAt.data(), upAt.data(), 1, 1);
   EXPECT_NEAR(value[0], 2.0 / (1.0 + std::exp(-1.0)), 1e-15);
 
   std::mt19937_64 rng(10);
   const int64_t rows = 3, ffn = 4;
-  Vec x = randomVec(rows * 2 * ffn, rng, 2.0), dy = randomVec(rows * ffn, rng), y(rows * ffn);
+  Vec gate = randomVec(rows * ffn, rng, 2.0), up = randomVec(rows * ffn, rng, 2.0);
+  Vec dy = randomVec(rows * ffn, rng), y(rows * ffn);
   auto loss = [&] {
-    swigluForward(y.data(), x.data(), rows, ffn);
+    swigluForward(y.data(), gate.data(), up.data(), rows, ffn);
     return dot(dy, y);
   };
-  Vec numeric = numericGradient(loss, x), dx(x.size());
-  swigluBackward(dx.data(), x.data(), dy.data(), rows, ffn);
-  EXPECT_LT(relativeError(dx, numeric), gradTolerance);
+  Vec numericGate = numericGradient(loss, gate), numericUp = numericGradient(loss, up);
+  Vec dgate(gate.size()), dup(up.size());
+  swigluBackward(dgate.data(), dup.data(), gate.data(), up.data(), dy.data(), rows, ffn);
+  EXPECT_LT(relativeError(dgate, numericGate), gradTolerance);
+  EXPECT_LT(relativeError(dup, numericUp), gradTolerance);
 }
 
 //===----------------------------------------------------------------------===//

@@ -192,13 +192,13 @@ RankPlan singleRankPlan() {
 
 Manifest manifestFor(const RankPlan &plan) {
   Manifest m;
-  m.planId = computePlanId({canonicalText(plan)});
   m.world = plan.world;
   m.model = plan.model;
   m.cluster = plan.cluster;
   m.parallel = plan.parallel;
   m.train = plan.train;
   m.ranks = {RankEntry{0, 0, 0, Coords{}, rankFileName(0)}};
+  m.planId = computeJobPlanId(m);
   return m;
 }
 
@@ -567,16 +567,25 @@ TEST(Plan, PlanSetMustHashToTheManifestId) {
   Manifest manifest = manifestFor(plan);
   plan.planId = manifest.planId;
   EXPECT_FALSE(static_cast<bool>(verifyPlanSet(manifest, {plan})));
+  EXPECT_EQ(manifest.planId, computePlanId({CompilerVersion.str(), canonicalText(manifest)}));
+  EXPECT_EQ(canonicalText(manifest).find("plan_id"), std::string::npos);
+  Manifest changed = manifest;
+  changed.train.lr = 1;
+  EXPECT_EQ(llvm::toString(verifyPlanSet(changed, {plan})),
+            "plan set: field \"plan_id\": the manifest's job hashes to " +
+                computeJobPlanId(changed) + ", not " + manifest.planId +
+                "; the manifest was changed after compilation or comes from a release other "
+                "than parc 0.1.0");
   RankPlan edited = plan;
-  edited.chunks[0].forward[1].attrs["eps"] = 1e-6;
-  EXPECT_EQ(llvm::toString(verifyPlanSet(manifest, {edited})),
-            "plan set: field \"plan_id\": the rank plans hash to " +
-                computePlanId({canonicalText(edited)}) + ", not " + manifest.planId +
-                "; a rank file was changed after compilation");
-  edited = plan;
   edited.train.lr = 1;
   EXPECT_EQ(llvm::toString(verifyPlanSet(manifest, {edited})),
             "plan set: rank plan rank-00000.json: its \"train\" differs from the manifest's");
+  edited = plan;
+  edited.planId = "0123";
+  EXPECT_EQ(llvm::toString(verifyPlanSet(manifest, {edited})),
+            "plan set: rank plan rank-00000.json: plan_id \"0123\" differs from the manifest's "
+            "\"" +
+                manifest.planId + "\"; the files come from different compilations");
   EXPECT_EQ(llvm::toString(verifyPlanSet(manifest, {})),
             "plan set: the manifest describes 1 ranks but 0 rank plans were given");
 }

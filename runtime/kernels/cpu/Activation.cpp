@@ -34,34 +34,29 @@ template <typename T> void geluBackward(T *dx, const T *x, const T *dy, int64_t 
   }
 }
 
-template <typename T> void swigluForward(T *y, const T *x, int64_t rows, int64_t ffn) {
-  // y = silu(gate) * up, gate = x[:, :ffn], up = x[:, ffn:]
-  for (int64_t r = 0; r < rows; ++r) {
-    const T *gate = x + r * 2 * ffn, *up = gate + ffn;
-    for (int64_t i = 0; i < ffn; ++i)
-      y[r * ffn + i] = T(gate[i] * sigmoid(gate[i]) * up[i]);
-  }
+template <typename T>
+void swigluForward(T *y, const T *gate, const T *up, int64_t rows, int64_t ffn) {
+  // y = silu(gate) * up
+  for (int64_t i = 0; i < rows * ffn; ++i)
+    y[i] = T(gate[i] * sigmoid(gate[i]) * up[i]);
 }
 
 template <typename T>
-void swigluBackward(T *dx, const T *x, const T *dy, int64_t rows, int64_t ffn) {
+void swigluBackward(T *dgate, T *dup, const T *gate, const T *up, const T *dy, int64_t rows,
+                    int64_t ffn) {
   // dgate = dy up sigmoid(g) (1 + g (1 - sigmoid(g))), dup = dy silu(g)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T *gate = x + r * 2 * ffn, *up = gate + ffn, *dyr = dy + r * ffn;
-    T *dgate = dx + r * 2 * ffn, *dup = dgate + ffn;
-    for (int64_t i = 0; i < ffn; ++i) {
-      double g = gate[i], s = sigmoid(g);
-      dgate[i] = T(dyr[i] * up[i] * s * (1.0 + g * (1.0 - s)));
-      dup[i] = T(dyr[i] * g * s);
-    }
+  for (int64_t i = 0; i < rows * ffn; ++i) {
+    double g = gate[i], s = sigmoid(g);
+    dgate[i] = T(dy[i] * up[i] * s * (1.0 + g * (1.0 - s)));
+    dup[i] = T(dy[i] * g * s);
   }
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \
   template void geluForward(T *, const T *, int64_t);                                              \
   template void geluBackward(T *, const T *, const T *, int64_t);                                  \
-  template void swigluForward(T *, const T *, int64_t, int64_t);                                   \
-  template void swigluBackward(T *, const T *, const T *, int64_t, int64_t);
+  template void swigluForward(T *, const T *, const T *, int64_t, int64_t);                        \
+  template void swigluBackward(T *, T *, const T *, const T *, const T *, int64_t, int64_t);
 PARC_INSTANTIATE(float)
 PARC_INSTANTIATE(double)
 #undef PARC_INSTANTIATE

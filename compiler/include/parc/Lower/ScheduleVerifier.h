@@ -3,7 +3,8 @@
 // Runs every stage's program against the others and proves that they fit together: every send
 // meets exactly one matching receive, no stage waits forever, and each stage runs the forward
 // and the backward of every (chunk, microbatch) once, each after its input arrived. The same
-// run, with a cost per compute and per transfer, gives the makespan of the step.
+// run, with a cost per compute and per transfer, gives the makespan of the step and when each
+// instruction ran (what --emit=trace and --emit=svg draw).
 //
 // Transfers rendezvous: neither side completes before the other has posted it. A run of
 // adjacent transfers is posted together (Megatron's batch_isend_irecv). Posting them one at a
@@ -20,6 +21,7 @@
 #include "llvm/ADT/ArrayRef.h"
 
 #include <string>
+#include <vector>
 
 namespace parc {
 
@@ -33,6 +35,17 @@ struct ScheduleCosts {
   /// Post each run of adjacent transfers together (what the lowering emits). False posts one
   /// transfer at a time, each blocking until its peer posted the match.
   bool batchAdjacentTransfers = true;
+  /// One microbatch's forward and backward of each virtual stage, for when they differ (the
+  /// first and last virtual stages carry the embedding and the head). Empty: forward / chunks
+  /// and backward / chunks on every virtual stage.
+  std::vector<double> virtualStageForward, virtualStageBackward;
+};
+
+/// When one instruction ran. A compute occupies its stage from start to end. A transfer spans
+/// from the moment its stage posted it, together with the rest of its batch, to its
+/// completion, so it includes the wait for the peer; the transfers of one batch share a start.
+struct OpTiming {
+  double start = 0, end = 0;
 };
 
 struct ScheduleVerdict {
@@ -40,6 +53,8 @@ struct ScheduleVerdict {
   std::string error;
   /// Time at which the last stage finished, valid when error is empty.
   double makespan = 0;
+  /// Indexed [stage][instruction], valid when error is empty.
+  std::vector<std::vector<OpTiming>> timings = {};
 
   bool ok() const { return error.empty(); }
 };

@@ -34,9 +34,9 @@ llvm::Expected<Manifest> parseManifest(llvm::StringRef text);
 /// flow, schedule completeness). The compiler runs them on what it built before writing.
 llvm::Error verifyRankPlan(const RankPlan &plan);
 llvm::Error verifyManifest(const Manifest &manifest);
-/// Checks that `plans` (indexed by rank) belong together and to `manifest`: same plan_id,
-/// equal to computePlanId over their canonical texts, same summaries, and groups that agree
-/// between their members.
+/// Checks that `plans` (indexed by rank) belong together and to `manifest`: the manifest's
+/// plan_id is computeJobPlanId of its job, and every plan carries that id, the same summaries
+/// and the placement of its manifest entry.
 llvm::Error verifyPlanSet(const Manifest &manifest, llvm::ArrayRef<RankPlan> plans);
 
 /// Pretty-printed JSON (indent 2, keys sorted) with a trailing newline. Errors name the path.
@@ -52,6 +52,16 @@ std::string canonicalText(const RankPlan &plan);
 /// A stable 64-bit xxHash of the canonical texts of all ranks in rank order, as 16 lower-case
 /// hex digits.
 std::string computePlanId(llvm::ArrayRef<std::string> canonicalTexts);
+
+/// The compiler release the plan id covers: the same job lowered by another release may give
+/// other plans. Kept here, not in the compiler, so that verifyPlanSet can recompute the id.
+inline constexpr llvm::StringLiteral CompilerVersion = "parc 0.1.0";
+/// The manifest as compact JSON with sorted keys and without "plan_id": the job description
+/// (format, world, summaries, rank placement) every rank plan is a function of.
+std::string canonicalText(const Manifest &manifest);
+/// The plan id of a job: computePlanId over {CompilerVersion, canonicalText(manifest)}.
+/// A plan id names one job, so a single rank can be lowered, id included, on its own.
+std::string computeJobPlanId(const Manifest &manifest);
 
 } // namespace parc::plan
 

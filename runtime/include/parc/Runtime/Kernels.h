@@ -147,11 +147,13 @@ template <typename T> void geluForward(T *y, const T *x, int64_t n);
 /// dx = dy * (Phi(x) + x * phi(x)), phi the standard normal density.
 template <typename T> void geluBackward(T *dx, const T *x, const T *dy, int64_t n);
 
-/// y[r,:] = silu(x[r,:ffn]) * x[r,ffn:], x [rows, 2*ffn], y [rows, ffn]; silu(g) = g sigmoid(g).
-template <typename T> void swigluForward(T *y, const T *x, int64_t rows, int64_t ffn);
+/// y = silu(gate) * up, all [rows, ffn]; silu(g) = g sigmoid(g).
+template <typename T>
+void swigluForward(T *y, const T *gate, const T *up, int64_t rows, int64_t ffn);
 /// dgate = dy * up * sigmoid(g) (1 + g (1 - sigmoid(g))), dup = dy * silu(g).
 template <typename T>
-void swigluBackward(T *dx, const T *x, const T *dy, int64_t rows, int64_t ffn);
+void swigluBackward(T *dgate, T *dup, const T *gate, const T *up, const T *dy, int64_t rows,
+                    int64_t ffn);
 
 //===----------------------------------------------------------------------===//
 // Vocab-parallel cross entropy

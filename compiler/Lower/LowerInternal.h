@@ -1,0 +1,124 @@
+//===- LowerInternal.h - Pieces shared by the lowering files --------------===//
+//
+// Internal to compiler/Lower. The lowering builds each virtual stage once per tensor-parallel
+// rank (its parameter shards and op lists depend on nothing else) and each stage's pipeline
+// program once, then assembles rank plans from those pieces, so lowering every rank of a
+// large job costs little more than copying.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_LOWER_LOWERINTERNAL_H
+#define PARC_LOWER_LOWERINTERNAL_H
+
+#include "parc/Check/Mapping.h"
+#include "parc/Lower/Schedule.h"
+#include "parc/Plan/Plan.h"
+#include "parc/Sema/Program.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace parc::lower {
+
+/// Epsilon of every norm and base of the rotary frequencies, as in Megatron-LM and Llama.
+inline constexpr double NormEpsilon = 1e-5;
+inline constexpr double RopeTheta = 10000.0;
+/// Megatron's init_method_std; output projections use it scaled by 1 / sqrt(2 * layers).
+inline constexpr double InitStd = 0.02;
+
+plan::DType toPlan(DType dtype);
+plan::Group toPlan(Axis axis);
+
+/// What every rank's lowering reads from the job, derived once.
+struct Job {
+  Job(const Program &program, const Mapping &mapping);
+
+  const Program &program;
+  const Mapping &mapping;
+  PipelineConfig pipeline;
+  int64_t tp, pp, dp, layers;
+  int64_t seq, microBatch, hidden, paddedVocab;
+  bool sequenceParallel, biases, tiedHead;
+  Recompute recompute;
+  plan::DType dtype, gradDtype;
+
+  int64_t virtualStages() const { return pipeline.virtualStages(); }
+  /// Sequence rows of the activations between tensor-parallel regions: split over the tp
+  /// group under sequence parallelism.
+  int64_t seqRows() const { return sequenceParallel ? seq / tp : seq; }
+  /// Transformer blocks [first, last) of virtual stage `v`.
+  std::pair<int64_t, int64_t> blocksOf(int64_t v) const { return mapping.partition.blocks[v]; }
+  /// The activation virtual stage `v` hands to the next one.
+  std::string outputOf(int64_t v) const;
+};
+
+/// The sizes of one transformer block as tensor-parallel rank `tpRank` holds it.
+struct BlockDims {
+  BlockDims(const Job &job, int64_t block, int64_t tpRank);
+
+  int64_t heads, kvHeads, headDim, ffn;
+  MLPKind mlp;
+  int64_t localHeads, localKvHeads, localFfn;
+  /// tp ranks that share one key/value head when kv_heads < tp, else 1.
+  int64_t kvReplicas;
+  /// The first key/value head this rank holds.
+  int64_t firstKvHead;
+
+  /// Rows of the MLP's first projection: gate and up for SwiGLU.
+};
+
+/// "block.3." + leaf.
+std::string blockName(int64_t block, llvm::StringRef leaf);
+inline constexpr llvm::StringLiteral WordEmbedding = "embedding.word.weight";
+inline constexpr llvm::StringLiteral PositionEmbedding = "embedding.position.weight";
+inline constexpr llvm::StringLiteral HeadWeight = "head.weight";
+
+/// Parameter shards in the order their chunk uses them (ParamLowering.cpp).
+void addEmbeddingParams(const Job &job, int64_t tpRank, std::vector<plan::ParamShard> &out);
+void addBlockParams(const Job &job, int64_t block, int64_t tpRank,
+                    std::vector<plan::ParamShard> &out);
+/// The final norm and the output projection; a tied head on a stage without the embedding
+/// gets its own copy of the word embedding.
+void addHeadParams(const Job &job, int64_t tpRank, bool ownsEmbedding,
+                   std::vector<plan::ParamShard> &out);
+
+/// One virtual stage as one tensor-parallel rank lowers it.
+struct LoweredChunk {
+  plan::Chunk chunk;
+  std::vector<plan::ParamShard> params;
+  /// Replicated parameters whose gradients are partial over the tp group: those computed
+  /// from sequence-parallel activations, summed by all_reduce_grads over tp.
+  std::vector<std::string> tpPartialGrads;
+};
+
+/// ChunkLowering.cpp.
+LoweredChunk lowerChunk(const Job &job, int64_t virtualStage, int64_t tpRank);
+
+/// What the step schedule of one rank needs besides its stage's pipeline program.
+struct ScheduleInputs {
+  const Job *job = nullptr;
+  const StageProgram *program = nullptr;
+  const std::vector<int64_t> *ppGroup = nullptr;
+  /// Parameter names per chunk, in the chunk's order: the ZeRO partitions.
+  std::vector<std::vector<std::string>> chunkParams;
+  std::vector<std::string> tpPartialGrads;
+  /// The chunk that reads the batch (embedding or head), or -1.
+  int64_t batchChunk = -1;
+  bool inEmbeddingGroup = false;
+};
+
+/// ScheduleLowering.cpp.
+std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &inputs);
+
+/// Runs `check(i)` for i in [0, count) on all cores; the first non-empty answer in index
+/// order becomes the error.
+llvm::Error firstFailure(size_t count, llvm::function_ref<std::string(size_t)> check);
+
+/// Proves that the schedules of all ranks (indexed by rank) fit together: every transfer
+/// meets its match, every collective its group, and nothing deadlocks (RankScheduleCheck.cpp).
+llvm::Error checkRankSchedules(const Job &job, llvm::ArrayRef<plan::RankPlan> plans);
+
+} // namespace parc::lower
+
+#endif

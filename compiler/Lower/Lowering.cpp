@@ -1,0 +1,250 @@
+//===- Lowering.cpp - Program + Mapping -> one execution plan per rank ----===//
+//
+// A rank plan is assembled from pieces shared by many ranks: a virtual stage's chunk and
+// parameter shards depend only on (virtual stage, tp rank), and a stage's pipeline program
+// only on the stage. PlanLowerer builds each piece once, so one rank costs one chunk per model
+// chunk and all ranks cost little more than copying; ranks are lowered and verified on all
+// cores.
+//
+//===----------------------------------------------------------------------===//
+#include "parc/Lower/Lowering.h"
+
+#include "LowerInternal.h"
+#include "parc/Plan/PlanJSON.h"
+
+#include "llvm/Support/Parallel.h"
+
+#include <memory>
+
+namespace parc {
+
+namespace {
+
+plan::ModelSummary modelSummary(const Program &program, const Mapping &mapping) {
+  const ModelSpec &m = program.model;
+  plan::ModelSummary s;
+  s.name = m.name;
+  s.dtype = lower::toPlan(m.dtype);
+  s.vocab = m.vocab;
+  s.paddedVocab = mapping.paddedVocab;
+  s.seq = m.seq;
+  s.hidden = m.hidden;
+  s.heads = m.heads;
+  s.kvHeads = m.kvHeads;
+  s.headDim = m.hidden / m.heads;
+  s.ffn = m.ffn;
+  s.layers = m.numBlocks();
+  s.norm = m.norm == Norm::LayerNorm ? plan::Norm::LayerNorm : plan::Norm::RMSNorm;
+  s.mlp = m.mlp == MLPKind::GELU ? plan::MLP::GELU : plan::MLP::SwiGLU;
+  s.position = m.position == Position::Learned ? plan::Position::Learned : plan::Position::RoPE;
+  s.tiedEmbeddings = m.tiedHead();
+  return s;
+}
+
+plan::ParallelSummary parallelSummary(const Program &program, const Mapping &mapping) {
+  const ParallelSpec &par = program.parallel;
+  plan::ParallelSummary s;
+  s.tp = mapping.tp;
+  s.pp = mapping.pp;
+  s.dp = mapping.dp;
+  for (size_t i = 0; i < 3; ++i)
+    s.order[i] = lower::toPlan(par.order[i]);
+  s.chunks = mapping.chunks;
+  s.microBatch = mapping.microBatch;
+  s.microbatches = mapping.microbatches;
+  s.globalBatch = mapping.globalBatch;
+  s.schedule = par.schedule == ScheduleKind::GPipe      ? plan::Schedule::GPipe
+               : par.schedule == ScheduleKind::OneFOneB ? plan::Schedule::OneFOneB
+                                                        : plan::Schedule::Interleaved;
+  s.zero = par.zero;
+  s.recompute = par.recompute == Recompute::None        ? plan::Recompute::None
+                : par.recompute == Recompute::Selective ? plan::Recompute::Selective
+                                                        : plan::Recompute::Full;
+  s.sequenceParallel = par.sequenceParallel;
+  return s;
+}
+
+plan::TrainSettings trainSettings(const Program &program) {
+  const TrainSpec &t = program.train;
+  plan::TrainSettings s;
+  s.optimizer = t.optimizer == Optimizer::Adam ? plan::Optimizer::Adam : plan::Optimizer::SGD;
+  s.lr = t.lr;
+  s.betas = {t.beta1, t.beta2};
+  s.eps = t.eps;
+  s.momentum = t.momentum;
+  s.weightDecay = t.weightDecay;
+  s.gradClip = t.gradClip;
+  s.steps = t.steps;
+  s.seed = t.seed;
+  s.warmupSteps = t.warmupSteps;
+  s.gradDtype = lower::toPlan(t.gradDtype);
+  return s;
+}
+
+class PlanLowerer {
+public:
+  PlanLowerer(const Program &program, const Mapping &mapping, llvm::StringRef planId)
+      : job(program, mapping), planId(planId.str()),
+        stagePrograms(buildPipelineSchedule(job.pipeline)),
+        chunkCache(size_t(job.virtualStages() * job.tp)) {
+    // The template every rank plan starts from: the summaries are the same everywhere.
+    blank.planId = this->planId;
+    blank.world = mapping.layout.world();
+    blank.model = modelSummary(program, mapping);
+    blank.cluster = plan::ClusterSummary{program.cluster.name, program.cluster.nodes,
+                                         program.cluster.gpusPerNode};
+    blank.parallel = parallelSummary(program, mapping);
+    blank.train = trainSettings(program);
+  }
+
+  /// Lowers every chunk a rank may use, after which lower() only reads the cache and may run
+  /// on several threads at once.
+  void lowerAllChunks() {
+    llvm::parallelForEachN(0, chunkCache.size(), [&](size_t i) {
+      chunkCache[i] = std::make_unique<lower::LoweredChunk>(
+          lower::lowerChunk(job, int64_t(i) / job.tp, int64_t(i) % job.tp));
+    });
+  }
+
+  plan::RankPlan lower(int64_t rank) {
+    const RankLayout &layout = job.mapping.layout;
+    Coords coords = layout.coordsOf(rank);
+    plan::RankPlan plan = blank;
+    plan.rank = rank;
+    plan.node = layout.nodeOf(rank);
+    plan.localRank = layout.localRankOf(rank);
+    plan.coords = plan::Coords{coords.tp, coords.pp, coords.dp};
+    plan.groups.tp = layout.tpGroup(rank);
+    plan.groups.pp = layout.ppGroup(rank);
+    plan.groups.dp = layout.dpGroup(rank);
+    plan.groups.model = layout.modelGroup(rank);
+    // RankLayout gives every rank of a pipeline its ends; only the ends are members.
+    if (coords.pp == 0 || coords.pp == job.pp - 1)
+      plan.groups.embedding = layout.embeddingGroup(rank, job.tiedHead);
+
+    lower::ScheduleInputs inputs;
+    inputs.job = &job;
+    inputs.program = &stagePrograms[coords.pp];
+    inputs.ppGroup = &plan.groups.pp;
+    inputs.inEmbeddingGroup = !plan.groups.embedding.empty();
+    for (int64_t c = 0; c < job.mapping.chunks; ++c) {
+      const lower::LoweredChunk &lowered = chunkFor(c * job.pp + coords.pp, coords.tp);
+      plan.chunks.push_back(lowered.chunk);
+      plan.params.insert(plan.params.end(), lowered.params.begin(), lowered.params.end());
+      std::vector<std::string> &names = inputs.chunkParams.emplace_back();
+      for (const plan::ParamShard &shard : lowered.params)
+        names.push_back(shard.name);
+      inputs.tpPartialGrads.insert(inputs.tpPartialGrads.end(), lowered.tpPartialGrads.begin(),
+                                   lowered.tpPartialGrads.end());
+      if (lowered.chunk.hasEmbedding || lowered.chunk.hasHead)
+        inputs.batchChunk = c;
+    }
+    plan.schedule = lower::lowerSchedule(inputs);
+    return plan;
+  }
+
+private:
+  const lower::LoweredChunk &chunkFor(int64_t virtualStage, int64_t tpRank) {
+    std::unique_ptr<lower::LoweredChunk> &slot = chunkCache[virtualStage * job.tp + tpRank];
+    if (!slot)
+      slot = std::make_unique<lower::LoweredChunk>(lower::lowerChunk(job, virtualStage, tpRank));
+    return *slot;
+  }
+
+  lower::Job job;
+  std::string planId;
+  std::vector<StageProgram> stagePrograms;
+  std::vector<std::unique_ptr<lower::LoweredChunk>> chunkCache;
+  plan::RankPlan blank;
+};
+
+llvm::Error internalError(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 "internal error: " + message.str());
+}
+
+} // namespace
+
+plan::Manifest buildManifest(const Program &program, const Mapping &mapping,
+                             llvm::StringRef planId) {
+  plan::Manifest manifest;
+  manifest.planId = planId.str();
+  manifest.world = mapping.layout.world();
+  manifest.model = modelSummary(program, mapping);
+  manifest.cluster = plan::ClusterSummary{program.cluster.name, program.cluster.nodes,
+                                          program.cluster.gpusPerNode};
+  manifest.parallel = parallelSummary(program, mapping);
+  manifest.train = trainSettings(program);
+  const RankLayout &layout = mapping.layout;
+  manifest.ranks.reserve(size_t(manifest.world));
+  for (int64_t rank = 0; rank < manifest.world; ++rank) {
+    Coords c = layout.coordsOf(rank);
+    manifest.ranks.push_back(plan::RankEntry{rank, layout.nodeOf(rank), layout.localRankOf(rank),
+                                             plan::Coords{c.tp, c.pp, c.dp},
+                                             plan::rankFileName(rank)});
+  }
+  return manifest;
+}
+
+std::string computeJobPlanId(const Program &program, const Mapping &mapping) {
+  return plan::computeJobPlanId(buildManifest(program, mapping, ""));
+}
+
+plan::RankPlan lowerRank(const Program &program, const Mapping &mapping, int64_t rank,
+                         llvm::StringRef planId) {
+  return PlanLowerer(program, mapping, planId).lower(rank);
+}
+
+namespace {
+
+/// `plans[rank]` verified on its own, as an internal error's text.
+std::string verifyPlanOf(llvm::ArrayRef<plan::RankPlan> plans, size_t rank) {
+  llvm::Error error = plan::verifyRankPlan(plans[rank]);
+  if (!error)
+    return "";
+  return "internal error: the plan of rank " + std::to_string(rank) +
+         " fails verification: " + llvm::toString(std::move(error));
+}
+
+/// What needs all plans at once: the set against its manifest, and the schedules together.
+llvm::Error verifyTogether(const Program &program, const Mapping &mapping,
+                           llvm::ArrayRef<plan::RankPlan> plans) {
+  plan::Manifest manifest = buildManifest(program, mapping, computeJobPlanId(program, mapping));
+  if (llvm::Error error = plan::verifyManifest(manifest))
+    return internalError("the plan manifest fails verification: " +
+                         llvm::toString(std::move(error)));
+  if (llvm::Error error = plan::verifyPlanSet(manifest, plans))
+    return internalError("the rank plans do not form one plan: " +
+                         llvm::toString(std::move(error)));
+  if (llvm::Error error = lower::checkRankSchedules(lower::Job(program, mapping), plans))
+    return internalError(llvm::toString(std::move(error)));
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Expected<std::vector<plan::RankPlan>> lowerAllRanks(const Program &program,
+                                                          const Mapping &mapping) {
+  PlanLowerer lowerer(program, mapping, computeJobPlanId(program, mapping));
+  lowerer.lowerAllChunks();
+  std::vector<plan::RankPlan> plans(size_t(mapping.layout.world()));
+  // Each plan is verified while it is still in the cache of the core that built it.
+  if (llvm::Error error = lower::firstFailure(plans.size(), [&](size_t rank) {
+        plans[rank] = lowerer.lower(int64_t(rank));
+        return verifyPlanOf(plans, rank);
+      }))
+    return {std::move(error)};
+  if (llvm::Error error = verifyTogether(program, mapping, plans))
+    return {std::move(error)};
+  return plans;
+}
+
+llvm::Error verifyLoweredPlans(const Program &program, const Mapping &mapping,
+                               llvm::ArrayRef<plan::RankPlan> plans) {
+  if (llvm::Error error =
+          lower::firstFailure(plans.size(), [&](size_t rank) { return verifyPlanOf(plans, rank); }))
+    return error;
+  return verifyTogether(program, mapping, plans);
+}
+
+} // namespace parc

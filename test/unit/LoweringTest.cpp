@@ -1,0 +1,250 @@
+//===- LoweringTest.cpp - Rank plans of whole jobs ------------------------===//
+//
+// lowerAllRanks on the acceptance examples and on a sweep of small mappings: every plan must
+// verify, alone and together. Also: the shards add up to the memory model's parameters, one
+// rank lowered alone equals its plan in the full set, and the whole-job check rejects plans
+// whose schedules do not fit together.
+//
+//===----------------------------------------------------------------------===//
+#include "parc/Lower/Lowering.h"
+#include "parc/Check/Mapping.h"
+#include "parc/Cost/MemoryModel.h"
+#include "parc/Frontend/Parser.h"
+#include "parc/Plan/PlanJSON.h"
+#include "parc/Sema/Sema.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+#include "gtest/gtest.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <iostream>
+
+using namespace parc;
+
+namespace {
+
+struct Compiled {
+  std::optional<Program> program;
+  std::optional<Mapping> mapping;
+  std::string diagnostics;
+};
+
+Compiled compileText(llvm::StringRef text) {
+  Compiled result;
+  llvm::SourceMgr sourceMgr;
+  llvm::raw_string_ostream os(result.diagnostics);
+  DiagnosticEngine diags(sourceMgr, os);
+  ast::Module module = parseBuffer(text, "test.par", diags);
+  result.program = analyze(module, diags);
+  if (result.program && !diags.hasErrors())
+    result.mapping = checkMapping(*result.program, diags);
+  if (diags.hasErrors())
+    result.mapping.reset();
+  os.flush();
+  return result;
+}
+
+Compiled compileExample(llvm::StringRef name) {
+  auto buffer = llvm::MemoryBuffer::getFile(std::string(PARC_EXAMPLES_DIR) + "/" + name.str());
+  if (!buffer)
+    return {};
+  return compileText((*buffer)->getBuffer());
+}
+
+/// A job with every knob of the sweep; `extraModel` goes into the model block.
+struct Knobs {
+  int tp = 2, pp = 2, dp = 2;
+  std::string schedule = "1f1b";
+  int zero = 0;
+  std::string recompute = "none";
+  bool sequenceParallel = false;
+  int blocks = 4, heads = 4, kvHeads = 4;
+  bool llama = false; // rmsnorm, swiglu, rope, untied head
+  int globalBatch = 16;
+};
+
+std::string jobText(const Knobs &k) {
+  std::string model = "model m {\n  dtype = fp32; vocab = 300; seq = 16; hidden = 32\n  heads = " +
+                      std::to_string(k.heads) + "; kv_heads = " + std::to_string(k.kvHeads) +
+                      "; ffn = 64\n";
+  if (k.llama)
+    model += "  norm = rmsnorm; mlp = swiglu; position = rope\n";
+  model += "  layer embed : embedding\n  layer block : transformer x " + std::to_string(k.blocks) +
+           "\n  layer head : lm_head" + (k.llama ? "" : " tied(embed)") + "\n}\n";
+  std::string cluster =
+      "cluster c {\n  nodes = 1; gpus_per_node = " + std::to_string(k.tp * k.pp * k.dp) +
+      "\n  gpu { memory = 80 GiB; flops = 100 TFLOPS }\n"
+      "  intra_node { bandwidth = 100 GB/s; latency = 1 us }\n}\n";
+  std::string parallel =
+      "parallel for m on c {\n  tp = " + std::to_string(k.tp) + "; pp = " + std::to_string(k.pp) +
+      "; dp = " + std::to_string(k.dp) + "\n  global_batch = " + std::to_string(k.globalBatch) +
+      "\n  schedule = " + k.schedule + "\n  zero = " + std::to_string(k.zero) +
+      "\n  recompute = " + k.recompute +
+      "\n  sequence_parallel = " + (k.sequenceParallel ? "true" : "false") + "\n}\n";
+  return model + cluster + parallel;
+}
+
+std::string describe(const Knobs &k) {
+  return "tp " + std::to_string(k.tp) + " pp " + std::to_string(k.pp) + " dp " +
+         std::to_string(k.dp) + " " + k.schedule + " zero " + std::to_string(k.zero) + " " +
+         k.recompute + (k.sequenceParallel ? " sp" : "") + (k.llama ? " llama" : " gpt") + " kv " +
+         std::to_string(k.kvHeads);
+}
+
+/// Elements of each parameter this rank holds, as the memory model counts them.
+int64_t localElements(const plan::RankPlan &plan) {
+  int64_t total = 0;
+  for (const plan::ParamShard &param : plan.params) {
+    int64_t n = 1;
+    for (const plan::Slice &s : param.slice)
+      n *= s.size;
+    total += n;
+  }
+  return total;
+}
+
+void expectLowers(const Knobs &knobs) {
+  Compiled job = compileText(jobText(knobs));
+  ASSERT_TRUE(job.mapping) << describe(knobs) << "\n" << job.diagnostics;
+  llvm::Expected<std::vector<plan::RankPlan>> plans = lowerAllRanks(*job.program, *job.mapping);
+  ASSERT_TRUE(static_cast<bool>(plans))
+      << describe(knobs) << ": " << llvm::toString(plans.takeError());
+  ASSERT_EQ(int64_t(plans->size()), int64_t(knobs.tp * knobs.pp * knobs.dp));
+  if (knobs.kvHeads < knobs.tp)
+    return; // replicated key/value heads are held more than once
+  MemoryEstimate memory = estimateMemory(*job.program, *job.mapping);
+  for (const plan::RankPlan &plan : *plans)
+    EXPECT_EQ(localElements(plan), memory.stages[plan.coords.pp].paramsPerRank)
+        << describe(knobs) << ", rank " << plan.rank;
+}
+
+} // namespace
+
+TEST(Lowering, AcceptanceExamplesLowerAndVerify) {
+  for (const char *name : {"tiny.par", "llama2-70b.par", "gpt3-175b.par"}) {
+    Compiled job = compileExample(name);
+    ASSERT_TRUE(job.mapping) << name << "\n" << job.diagnostics;
+    auto start = std::chrono::steady_clock::now();
+    llvm::Expected<std::vector<plan::RankPlan>> plans = lowerAllRanks(*job.program, *job.mapping);
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_TRUE(static_cast<bool>(plans)) << name << ": " << llvm::toString(plans.takeError());
+    EXPECT_EQ(int64_t(plans->size()), job.mapping->layout.world());
+    std::cout << "[ lowering ] " << name << ": " << plans->size() << " ranks lowered and "
+              << "verified in " << seconds << " s\n";
+    // Generous against a loaded machine; the requirement is well under 2 s.
+    EXPECT_LT(seconds, 10.0) << name;
+  }
+}
+
+TEST(Lowering, SweepOfSmallMappings) {
+  int count = 0;
+  for (int tp : {1, 2, 4})
+    for (int pp : {1, 2, 4})
+      for (const char *schedule : {"gpipe", "1f1b", "interleaved(chunks = 2)"}) {
+        if (pp == 1 && std::string(schedule) != "1f1b")
+          continue;
+        for (int variant = 0; variant < 6; ++variant) {
+          Knobs k;
+          k.tp = tp;
+          k.pp = pp;
+          k.dp = variant % 3 == 2 ? 1 : 2;
+          k.schedule = schedule;
+          k.blocks = 8;
+          k.zero = variant % 4;
+          k.recompute = variant % 3 == 0 ? "none" : variant % 3 == 1 ? "selective" : "full";
+          k.sequenceParallel = tp > 1 && variant % 2 == 1;
+          k.llama = variant >= 3;
+          k.kvHeads = k.llama ? 2 : 4; // kv_heads < tp when tp = 4
+          k.globalBatch = 8 * k.dp;    // M = 8 with micro_batch 1
+          SCOPED_TRACE(describe(k));
+          expectLowers(k);
+          ++count;
+        }
+      }
+  EXPECT_GT(count, 100);
+}
+
+TEST(Lowering, OneRankAloneEqualsItsPlanInTheSet) {
+  Knobs k;
+  k.schedule = "interleaved(chunks = 2)";
+  k.zero = 3;
+  k.sequenceParallel = true;
+  Compiled job = compileText(jobText(k));
+  ASSERT_TRUE(job.mapping) << job.diagnostics;
+  auto plans = lowerAllRanks(*job.program, *job.mapping);
+  ASSERT_TRUE(static_cast<bool>(plans)) << llvm::toString(plans.takeError());
+  std::string id = computeJobPlanId(*job.program, *job.mapping);
+  for (const plan::RankPlan &expected : *plans) {
+    plan::RankPlan alone = lowerRank(*job.program, *job.mapping, expected.rank, id);
+    EXPECT_EQ(plan::toJSON(alone), plan::toJSON(expected)) << "rank " << expected.rank;
+  }
+  EXPECT_EQ(plans->front().planId, id);
+  EXPECT_EQ(buildManifest(*job.program, *job.mapping, id).planId, id);
+}
+
+TEST(Lowering, PlanIdNamesTheJob) {
+  Knobs k;
+  Compiled a = compileText(jobText(k));
+  k.zero = 1;
+  Compiled b = compileText(jobText(k));
+  ASSERT_TRUE(a.mapping && b.mapping);
+  std::string id = computeJobPlanId(*a.program, *a.mapping);
+  EXPECT_EQ(id.size(), 16u);
+  EXPECT_EQ(id, computeJobPlanId(*a.program, *a.mapping));
+  EXPECT_NE(id, computeJobPlanId(*b.program, *b.mapping));
+  plan::Manifest manifest = buildManifest(*a.program, *a.mapping, id);
+  EXPECT_EQ(plan::computeJobPlanId(manifest), id);
+}
+
+TEST(Lowering, WholeJobCheckRejectsSchedulesThatDoNotFit) {
+  Knobs k;
+  k.schedule = "gpipe";
+  Compiled job = compileText(jobText(k));
+  ASSERT_TRUE(job.mapping) << job.diagnostics;
+  auto lowered = lowerAllRanks(*job.program, *job.mapping);
+  ASSERT_TRUE(static_cast<bool>(lowered)) << llvm::toString(lowered.takeError());
+  const std::vector<plan::RankPlan> &plans = *lowered;
+  auto rejection = [&](const std::function<void(std::vector<plan::RankPlan> &)> &edit) {
+    std::vector<plan::RankPlan> edited = plans;
+    edit(edited);
+    llvm::Error error = verifyLoweredPlans(*job.program, *job.mapping, edited);
+    return error ? llvm::toString(std::move(error)) : std::string("accepted");
+  };
+  EXPECT_EQ(rejection([](auto &) {}), "accepted");
+
+  // Rank 0 (stage 0) runs microbatch 1 before microbatch 0: each plan is still valid, but
+  // its first send waits for a receive that stage 1 posts only after receiving microbatch 0.
+  std::string deadlock = rejection([](std::vector<plan::RankPlan> &p) {
+    std::vector<plan::Instr> &s = p[0].schedule;
+    ASSERT_EQ(plan::spelling(s[3].op), "load_batch");
+    std::rotate(s.begin(), s.begin() + 3, s.begin() + 6);
+  });
+  EXPECT_NE(deadlock.find("internal error: the pipeline of ranks [0, 4]"), std::string::npos)
+      << deadlock;
+  EXPECT_NE(deadlock.find("deadlock"), std::string::npos) << deadlock;
+
+  std::string collective = rejection([](std::vector<plan::RankPlan> &p) {
+    for (plan::Instr &instr : p[1].schedule)
+      if (instr.op == plan::InstrKind::AllReduceGrads && instr.group == plan::Group::DP)
+        instr.params.pop_back();
+  });
+  EXPECT_NE(collective.find("internal error: ranks 0 and 1 of stage 0 differ at schedule["),
+            std::string::npos)
+      << collective;
+
+  // The same change on every rank of the stage leaves the tp and dp groups consistent but
+  // breaks the embedding group: stage 1 still sums a gradient stage 0 no longer names.
+  std::string embedding = rejection([](std::vector<plan::RankPlan> &p) {
+    for (plan::RankPlan &plan : p)
+      if (plan.coords.pp == 0)
+        for (plan::Instr &instr : plan.schedule)
+          if (instr.op == plan::InstrKind::AllReduceGrads && instr.group == plan::Group::Embedding)
+            instr.average = true;
+  });
+  EXPECT_NE(embedding.find("meets rank"), std::string::npos) << embedding;
+}
