@@ -212,6 +212,16 @@ void groupList(JSONWriter &json, llvm::StringRef key, llvm::ArrayRef<Group> grou
   });
 }
 
+void predictedMemory(JSONWriter &json, const PredictedMemory &m) {
+  json.attributeObject("predicted_memory", [&] {
+    json.attribute("activations", m.activations);
+    json.attribute("grads", m.grads);
+    json.attribute("optimizer", m.optimizer);
+    json.attribute("reserve", m.reserve);
+    json.attribute("weights", m.weights);
+  });
+}
+
 void coords(JSONWriter &json, const Coords &c) {
   json.attributeObject("coords", [&] {
     json.attribute("dp", c.dp);
@@ -413,6 +423,7 @@ void appendRankPlan(std::string &out, const RankPlan &plan, JSONLayout layout) {
         param(json, p);
     });
     json.attribute("plan_id", plan.planId);
+    predictedMemory(json, plan.predictedMemory);
     json.attribute("rank", plan.rank);
     json.attributeArray("schedule", [&] {
       for (const Instr &i : plan.schedule)

@@ -10,10 +10,12 @@
 #include "parc/Lower/Lowering.h"
 
 #include "LowerInternal.h"
+#include "parc/Cost/MemoryModel.h"
 #include "parc/Plan/PlanJSON.h"
 
 #include "llvm/Support/Parallel.h"
 
+#include <cmath>
 #include <memory>
 
 namespace parc {
@@ -95,6 +97,7 @@ public:
                                          program.cluster.gpusPerNode};
     blank.parallel = parallelSummary(program, mapping);
     blank.train = trainSettings(program);
+    memory = estimateMemory(program, mapping);
   }
 
   /// Lowers every chunk a rank may use, after which lower() only reads the cache and may run
@@ -114,6 +117,10 @@ public:
     plan.node = layout.nodeOf(rank);
     plan.localRank = layout.localRankOf(rank);
     plan.coords = plan::Coords{coords.tp, coords.pp, coords.dp};
+    const StageMemory &stage = memory.stages[size_t(coords.pp)];
+    plan.predictedMemory = {std::llround(stage.weights + stage.gathered), std::llround(stage.grads),
+                            std::llround(stage.optimizer), std::llround(stage.activations),
+                            std::llround(stage.reserve)};
     plan.groups.tp = layout.tpGroup(rank);
     plan.groups.pp = layout.ppGroup(rank);
     plan.groups.dp = layout.dpGroup(rank);
@@ -155,6 +162,7 @@ private:
   std::string planId;
   std::vector<StageProgram> stagePrograms;
   std::vector<std::unique_ptr<lower::LoweredChunk>> chunkCache;
+  MemoryEstimate memory; // per pipeline stage, the same for all ranks of a stage
   plan::RankPlan blank;
 };
 

@@ -64,6 +64,21 @@ bool readCoords(ObjectReader &parent, StringRef key, Coords &coords) {
   return r.finish();
 }
 
+bool readPredictedMemory(ObjectReader &parent, PredictedMemory &m) {
+  ObjectReader r = child(parent, "predicted_memory");
+  r.read("weights", m.weights);
+  r.read("grads", m.grads);
+  r.read("optimizer", m.optimizer);
+  r.read("activations", m.activations);
+  r.read("reserve", m.reserve);
+  for (auto [key, value] : {std::pair{"weights", m.weights}, {"grads", m.grads},
+                            {"optimizer", m.optimizer}, {"activations", m.activations},
+                            {"reserve", m.reserve}})
+    if (value < 0)
+      r.context().fail(r.pathOf(key), "must not be negative");
+  return r.finish();
+}
+
 bool readGroups(ObjectReader &parent, Groups &groups) {
   ObjectReader r = child(parent, "groups");
   for (Group group : {Group::TP, Group::PP, Group::DP, Group::Model, Group::Embedding})
@@ -378,6 +393,7 @@ Expected<RankPlan> rankPlanFromJSON(const json::Value &value) {
     readList(root, "params", plan.params, readParam);
     readList(root, "chunks", plan.chunks, readChunk);
     readList(root, "schedule", plan.schedule, readInstr);
+    readPredictedMemory(root, plan.predictedMemory);
     root.finish();
   }
   if (ctx.failed())

@@ -38,6 +38,12 @@ json::Array groupList(llvm::ArrayRef<Group> groups) {
   return array;
 }
 
+json::Object predictedMemoryJSON(const PredictedMemory &m) {
+  return json::Object{{"weights", m.weights},         {"grads", m.grads},
+                      {"optimizer", m.optimizer},     {"activations", m.activations},
+                      {"reserve", m.reserve}};
+}
+
 json::Object coordsJSON(const Coords &c) {
   return json::Object{{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}};
 }
@@ -211,7 +217,8 @@ json::Object rankPlanObject(const RankPlan &plan) {
                       {"train", trainJSON(plan.train)},
                       {"params", std::move(params)},
                       {"chunks", std::move(chunks)},
-                      {"schedule", std::move(schedule)}};
+                      {"schedule", std::move(schedule)},
+                      {"predicted_memory", predictedMemoryJSON(plan.predictedMemory)}};
 }
 
 llvm::Error writeJSONFile(StringRef path, const json::Value &value) {

@@ -301,6 +301,12 @@ bool usesParams(InstrKind op);
 // Files
 //===----------------------------------------------------------------------===//
 
+/// The compiler's memory model for this rank, in bytes at the model's dtype (the runtime
+/// compares what it actually held against it).
+struct PredictedMemory {
+  int64_t weights = 0, grads = 0, optimizer = 0, activations = 0, reserve = 0;
+};
+
 struct RankPlan {
   std::string planId;
   int64_t world = 1, rank = 0, node = 0, localRank = 0;
@@ -313,6 +319,7 @@ struct RankPlan {
   std::vector<ParamShard> params;
   std::vector<Chunk> chunks;
   std::vector<Instr> schedule;
+  PredictedMemory predictedMemory;
 
   const ParamShard *findParam(llvm::StringRef name) const;
 };
