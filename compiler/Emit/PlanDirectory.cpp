@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "parc/Emit/PlanDirectory.h"
-#include "parc/Emit/RankPlanStream.h"
+#include "parc/Plan/PlanStream.h"
 #include "parc/Plan/PlanJSON.h"
 
 #include "llvm/ADT/SmallString.h"

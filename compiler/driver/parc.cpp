@@ -10,7 +10,7 @@
 #include "parc/Cost/Report.h"
 #include "parc/Emit/PipelineSVG.h"
 #include "parc/Emit/PlanDirectory.h"
-#include "parc/Emit/RankPlanStream.h"
+#include "parc/Plan/PlanStream.h"
 #include "parc/Emit/StepTimeline.h"
 #include "parc/Emit/Trace.h"
 #include "parc/Frontend/Parser.h"

@@ -1,7 +1,7 @@
 #include "parc/Cost/CostModel.h"
 #include "parc/Emit/PipelineSVG.h"
 #include "parc/Emit/PlanDirectory.h"
-#include "parc/Emit/RankPlanStream.h"
+#include "parc/Plan/PlanStream.h"
 #include "parc/Emit/StepTimeline.h"
 #include "parc/Emit/Trace.h"
 #include "parc/Lower/Lowering.h"

@@ -1,4 +1,4 @@
-//===- RankPlanStream.h - Stream a rank plan as JSON without a tree -------===//
+//===- PlanStream.h - Stream a rank plan as JSON without a tree -----------===//
 //
 // Writes the rank plan JSON of plan::writeRankPlan straight from the plan's structs, keys
 // sorted, with a trailing newline. plan::toJSON first builds an llvm::json::Value tree, whose
@@ -11,8 +11,8 @@
 // `parc --emit=plan-text` is the view for people.
 //
 //===----------------------------------------------------------------------===//
-#ifndef PARC_EMIT_RANKPLANSTREAM_H
-#define PARC_EMIT_RANKPLANSTREAM_H
+#ifndef PARC_PLAN_PLANSTREAM_H
+#define PARC_PLAN_PLANSTREAM_H
 
 #include "parc/Plan/Plan.h"
 

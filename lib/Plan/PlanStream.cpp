@@ -9,7 +9,7 @@
 // function each one mirrors.
 //
 //===----------------------------------------------------------------------===//
-#include "parc/Emit/RankPlanStream.h"
+#include "parc/Plan/PlanStream.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/FileSystem.h"
