@@ -173,16 +173,24 @@ llvm::Error internalError(const llvm::Twine &message) {
 
 } // namespace
 
-plan::Manifest buildManifest(const Program &program, const Mapping &mapping,
-                             llvm::StringRef planId) {
+namespace {
+/// The manifest's job description without its rank list, which the description determines.
+plan::Manifest jobSummary(const Program &program, const Mapping &mapping) {
   plan::Manifest manifest;
-  manifest.planId = planId.str();
   manifest.world = mapping.layout.world();
   manifest.model = modelSummary(program, mapping);
   manifest.cluster = plan::ClusterSummary{program.cluster.name, program.cluster.nodes,
                                           program.cluster.gpusPerNode};
   manifest.parallel = parallelSummary(program, mapping);
   manifest.train = trainSettings(program);
+  return manifest;
+}
+} // namespace
+
+plan::Manifest buildManifest(const Program &program, const Mapping &mapping,
+                             llvm::StringRef planId) {
+  plan::Manifest manifest = jobSummary(program, mapping);
+  manifest.planId = planId.str();
   const RankLayout &layout = mapping.layout;
   manifest.ranks.reserve(size_t(manifest.world));
   for (int64_t rank = 0; rank < manifest.world; ++rank) {
@@ -195,7 +203,9 @@ plan::Manifest buildManifest(const Program &program, const Mapping &mapping,
 }
 
 std::string computeJobPlanId(const Program &program, const Mapping &mapping) {
-  return plan::computeJobPlanId(buildManifest(program, mapping, ""));
+  // The rank list is left out: it follows from the summaries, and building it for a 16k-rank
+  // job would cost `--rank=R` more than lowering that rank.
+  return plan::computeJobPlanId(jobSummary(program, mapping));
 }
 
 plan::RankPlan lowerRank(const Program &program, const Mapping &mapping, int64_t rank,

@@ -275,7 +275,15 @@ std::string canonicalText(const Manifest &manifest) {
 }
 
 std::string computeJobPlanId(const Manifest &manifest) {
-  return computePlanId({CompilerVersion.str(), canonicalText(manifest)});
+  // The placement of ranks follows from the summaries (and verifyPlanSet checks it against the
+  // plans), so the id hashes the job description alone.
+  llvm::json::Value value = toJSON(manifest);
+  value.getAsObject()->erase("plan_id");
+  value.getAsObject()->erase("ranks");
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << value;
+  return computePlanId({CompilerVersion.str(), os.str()});
 }
 
 llvm::Error verifyPlanSet(const Manifest &manifest, llvm::ArrayRef<RankPlan> plans) {

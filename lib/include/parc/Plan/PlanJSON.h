@@ -59,7 +59,8 @@ inline constexpr llvm::StringLiteral CompilerVersion = "parc 0.1.0";
 /// The manifest as compact JSON with sorted keys and without "plan_id": the job description
 /// (format, world, summaries, rank placement) every rank plan is a function of.
 std::string canonicalText(const Manifest &manifest);
-/// The plan id of a job: computePlanId over {CompilerVersion, canonicalText(manifest)}.
+/// The plan id of a job: computePlanId over {CompilerVersion, the canonical text of the
+/// manifest's job description (its summaries and world; not plan_id, not the rank list)}.
 /// A plan id names one job, so a single rank can be lowered, id included, on its own.
 std::string computeJobPlanId(const Manifest &manifest);
 
