@@ -96,6 +96,10 @@ std::string Communicator::describe(ArrayRef<Transfer> transfers) const {
   return text + " on rank " + std::to_string(rank());
 }
 
+void Communicator::copyLocal(void *destination, const void *source, size_t bytes) {
+  std::memmove(destination, source, bytes);
+}
+
 GroupCall Communicator::locate(Group group, StringRef op) {
   checkNotFailed([&] { return describe(op, group); });
   auto invalid = [&](const llvm::Twine &why) { fail(describe(op, group) + ": " + why.str()); };
@@ -129,7 +133,7 @@ void Communicator::reduceScatter(Group group, ReduceOp op, ElementType type, con
   if (group.size() > 1)
     return reduceScatterImpl(call, op, type, input, output, countPerMember);
   if (countPerMember)
-    std::memmove(output, input, countPerMember * sizeOf(type));
+    copyLocal(output, input, countPerMember * sizeOf(type));
 }
 
 void Communicator::allGather(Group group, ElementType type, const void *input, void *output,
@@ -138,7 +142,7 @@ void Communicator::allGather(Group group, ElementType type, const void *input, v
   if (group.size() > 1)
     return allGatherImpl(call, type, input, output, countPerMember);
   if (countPerMember)
-    std::memmove(output, input, countPerMember * sizeOf(type));
+    copyLocal(output, input, countPerMember * sizeOf(type));
 }
 
 void Communicator::exchange(ArrayRef<Transfer> transfers) {

@@ -158,6 +158,9 @@ protected:
   [[noreturn]] virtual void fail(const std::string &message) = 0;
   /// Ends the call `what()` describes when this communicator has already failed.
   virtual void checkNotFailed(llvm::function_ref<std::string()> what) = 0;
+  /// The copy of a one-member reduce_scatter or all_gather; the buffers may overlap. Host
+  /// memory here; the CUDA communicators copy on the device.
+  virtual void copyLocal(void *destination, const void *source, size_t bytes);
 
 private:
   // Arguments were checked and groups of one member handled before these are called.

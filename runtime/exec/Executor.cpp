@@ -1,0 +1,274 @@
+//===- Executor.cpp - A rank from start-up to the memory report -----------===//
+
+#include "parc/Runtime/Executor.h"
+
+#include "parc/Runtime/Kernels.h"
+#include "parc/Runtime/PlanLoader.h"
+#include "parc/Runtime/ScheduleRunner.h"
+#include "parc/Runtime/WeightDump.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Format.h"
+
+#include <array>
+#include <chrono>
+#include <cstdlib>
+
+namespace parc::runtime {
+
+namespace {
+
+std::string formatBytes(int64_t bytes) {
+  const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = double(bytes);
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(units)) {
+    value /= 1024;
+    ++unit;
+  }
+  if (unit == 0)
+    return std::to_string(bytes) + " B";
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::format("%.2f ", value) << units[unit];
+  return os.str();
+}
+
+/// One rank's part of the memory report, exchanged so that the printing rank shows every
+/// rank: its stage, its peaks and the plan's prediction, per category and in total.
+struct MemoryRow {
+  static constexpr size_t Columns = NumMemoryCategories + 1; // the categories, then the total
+  int64_t stage = 0, reserve = 0;
+  std::array<int64_t, Columns> held{}, predicted{};
+
+  MemoryRow() = default;
+  MemoryRow(const plan::RankPlan &plan, const MemoryTracker &memory) {
+    stage = plan.coords.pp;
+    reserve = plan.predictedMemory.reserve;
+    for (size_t c = 0; c < NumMemoryCategories; ++c)
+      held[c] = memory.peak(static_cast<MemoryCategory>(c));
+    held[NumMemoryCategories] = memory.peakTotal();
+    const plan::PredictedMemory &model = plan.predictedMemory;
+    predicted = {model.weights, model.grads, model.optimizer, model.activations,
+                 model.weights + model.grads + model.optimizer + model.activations};
+  }
+
+  std::string encode() const {
+    std::string text = std::to_string(stage) + " " + std::to_string(reserve);
+    for (size_t c = 0; c < Columns; ++c)
+      text += " " + std::to_string(held[c]) + " " + std::to_string(predicted[c]);
+    return text;
+  }
+  static MemoryRow decode(llvm::StringRef text) {
+    llvm::SmallVector<llvm::StringRef, 12> fields;
+    text.split(fields, ' ');
+    std::vector<int64_t> numbers;
+    for (llvm::StringRef field : fields) {
+      int64_t value = 0;
+      field.getAsInteger(10, value);
+      numbers.push_back(value);
+    }
+    numbers.resize(2 + 2 * Columns, 0);
+    MemoryRow row;
+    row.stage = numbers[0];
+    row.reserve = numbers[1];
+    for (size_t c = 0; c < Columns; ++c) {
+      row.held[c] = numbers[2 + 2 * c];
+      row.predicted[c] = numbers[3 + 2 * c];
+    }
+    return row;
+  }
+};
+
+std::string formatDifference(int64_t held, int64_t predicted) {
+  if (predicted == 0)
+    return held == 0 ? "+0.0%" : "n/a";
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::format("%+.1f%%", 100.0 * double(held - predicted) / double(predicted));
+  return os.str();
+}
+
+void printMemory(llvm::ArrayRef<std::string> encoded, Precision precision, plan::DType modelDtype,
+                 llvm::raw_ostream &out) {
+  std::vector<MemoryRow> rows;
+  for (const std::string &text : encoded)
+    rows.push_back(MemoryRow::decode(text));
+  out << "memory   peak bytes per rank: held by parrun in "
+      << (precision == Precision::FP64 ? "fp64" : "fp32")
+      << ", predicted by parc's memory model at the model's " << plan::spelling(modelDtype);
+  if (!rows.empty() && rows.front().reserve > 0)
+    out << " (plus a reserve of " << formatBytes(rows.front().reserve)
+        << " per rank that parrun does not hold)";
+  out << "\n";
+  auto cells = [&](llvm::StringRef rank, llvm::StringRef stage, llvm::StringRef label) {
+    out << llvm::right_justify(rank, 6) << llvm::right_justify(stage, 6) << "  "
+        << llvm::left_justify(label, 5);
+  };
+  cells("rank", "stage", "");
+  for (const char *column : {"weights", "grads", "optimizer", "activations", "total"})
+    out << llvm::right_justify(column, 13);
+  out << "\n";
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const MemoryRow &row = rows[r];
+    cells(std::to_string(r), std::to_string(row.stage), "held");
+    for (int64_t bytes : row.held)
+      out << llvm::right_justify(formatBytes(bytes), 13);
+    out << "\n";
+    cells("", "", "model");
+    for (int64_t bytes : row.predicted)
+      out << llvm::right_justify(formatBytes(bytes), 13);
+    out << "\n";
+    cells("", "", "diff");
+    for (size_t c = 0; c < MemoryRow::Columns; ++c)
+      out << llvm::right_justify(formatDifference(row.held[c], row.predicted[c]), 13);
+    out << "\n";
+  }
+  out.flush();
+}
+
+template <typename T>
+RankSummary runTyped(Communicator &comm, const RunOptions &options, const LoadedJob &job,
+                     llvm::raw_ostream &out) {
+  const plan::RankPlan &plan = job.plan;
+  MemoryTracker memory;
+  ParamStore<T> params(plan, memory);
+  if (llvm::Error error = params.buildPartitions())
+    throw std::runtime_error("the plan cannot be executed: " + llvm::toString(std::move(error)));
+  params.initialize(uint64_t(plan.train.seed));
+  ScheduleRunner<T> runner(plan, comm, memory, params, job.data);
+
+  int64_t steps = options.steps.value_or(plan.train.steps);
+  int64_t logEvery = std::max<int64_t>(1, options.logEvery);
+  double tokensPerStep = double(plan.parallel.globalBatch * plan.model.seq);
+  RankSummary summary;
+  for (int64_t step = 0; step < steps; ++step) {
+    auto start = std::chrono::steady_clock::now();
+    StepResult result = runner.runStep(step);
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    summary.losses.push_back(result.loss);
+    summary.gradNorms.push_back(result.optimizer.gradNorm);
+    if (runner.reportsLoss() && ((step + 1) % logEvery == 0 || step + 1 == steps)) {
+      out << llvm::format("step %lld loss %.4f lr %.2e grad_norm %.3f tokens/s %.0f\n",
+                          (long long)(step + 1), result.loss, result.optimizer.lr,
+                          result.optimizer.gradNorm, tokensPerStep / std::max(seconds, 1e-9));
+      out.flush();
+    }
+  }
+
+  // Taken before the dump, whose gathers are not part of training.
+  // Printed by the rank that printed the steps, so that under mpirun, which forwards each
+  // process's output on its own, the lines keep their order.
+  std::vector<std::string> rows = comm.agree(MemoryRow(plan, memory).encode());
+  if (runner.reportsLoss())
+    printMemory(rows, options.precision, plan.model.dtype, out);
+  if (!options.dumpWeightsPath.empty())
+    dumpWeights(comm, params, plan, summary, options.dumpWeightsPath);
+  return summary;
+}
+
+std::string describeJob(const plan::RankPlan &plan, const RunOptions &options,
+                        const TokenStream &data, int64_t steps) {
+  const plan::ParallelSummary &p = plan.parallel;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "parrun   " << plan.world << (plan.world == 1 ? " rank" : " ranks") << " (tp " << p.tp
+     << ", pp " << p.pp << ", dp " << p.dp << ", " << plan::spelling(p.schedule) << ", zero "
+     << p.zero << ", recompute " << plan::spelling(p.recompute)
+     << (p.sequenceParallel ? ", sequence parallel" : "") << "), plan " << plan.planId << ", "
+     << steps << (steps == 1 ? " step" : " steps") << ", "
+     << (options.precision == Precision::FP64 ? "fp64" : "fp32") << ", data " << data.describe()
+     << "\n";
+  return os.str();
+}
+
+} // namespace
+
+llvm::Expected<int64_t> planWorldSize(llvm::StringRef planDir) {
+  llvm::Expected<plan::Manifest> manifest = loadManifest(planDir);
+  if (!manifest)
+    return manifest.takeError();
+  return manifest->world;
+}
+
+RankSummary runRank(Communicator &comm, const RunOptions &options, llvm::raw_ostream &out) {
+  LoadedJob job = loadAndAgree(comm, options);
+  if (reportsLoss(job.plan)) {
+    out << describeJob(job.plan, options, job.data, options.steps.value_or(job.plan.train.steps));
+    out.flush();
+  }
+  if (options.precision == Precision::FP64)
+    return runTyped<double>(comm, options, job, out);
+  return runTyped<float>(comm, options, job, out);
+}
+
+int runLocal(const RunOptions &options, llvm::raw_ostream &out, llvm::raw_ostream &errs) {
+  llvm::Expected<int64_t> world = planWorldSize(options.planDir);
+  if (!world) {
+    errs << "parrun: error: " << llvm::toString(world.takeError()) << "\n";
+    return 1;
+  }
+  // The ranks are threads sharing this machine's cores; BLAS threads would oversubscribe them.
+  if (*world > 1)
+    cpu::setBlasThreads(1);
+  CommOptions commOptions;
+  commOptions.timeoutSeconds = options.timeoutSeconds;
+  LocalWorld local(*world, commOptions);
+
+  // One message per failed rank. When one rank fails, the local communicator ends every
+  // other rank's wait with "... gave up because the job failed: ..."; those only echo the
+  // cause, so the message printed is the first rank's that is not such an echo.
+  std::vector<std::string> messages(static_cast<size_t>(*world));
+  // Not vector<bool>: the rank threads write it concurrently.
+  std::vector<char> agreed(static_cast<size_t>(*world), false);
+  std::vector<std::string> errors = local.run([&](Communicator &comm) {
+    size_t rank = size_t(comm.rank());
+    try {
+      runRank(comm, options, out);
+    } catch (const AgreedError &error) {
+      messages[rank] = error.what();
+      agreed[rank] = true;
+      throw;
+    } catch (const std::exception &error) {
+      messages[rank] = "rank " + std::to_string(rank) + ": " + error.what();
+      throw;
+    }
+  });
+  if (llvm::all_of(errors, [](const std::string &e) { return e.empty(); }))
+    return 0;
+  auto echoes = [](llvm::StringRef message) {
+    return message.contains("gave up because the job failed");
+  };
+  std::string cause;
+  for (size_t rank = 0; rank < messages.size() && cause.empty(); ++rank)
+    if (agreed[rank] || (!messages[rank].empty() && !echoes(messages[rank])))
+      cause = messages[rank];
+  errs << "parrun: error: " << (cause.empty() ? local.failure() : cause) << "\n";
+  return 1;
+}
+
+int runMPI(int *argc, char ***argv, const RunOptions &options, llvm::raw_ostream &out,
+           llvm::raw_ostream &errs) {
+  CommOptions commOptions;
+  commOptions.timeoutSeconds = options.timeoutSeconds;
+  std::unique_ptr<MPICommunicator> comm = MPICommunicator::create(argc, argv, commOptions);
+  if (comm->world() > 1 && !std::getenv("OPENBLAS_NUM_THREADS"))
+    cpu::setBlasThreads(1);
+  try {
+    runRank(*comm, options, out);
+    return 0;
+  } catch (const AgreedError &error) {
+    // Every rank raises it alike; one message is enough.
+    if (comm->rank() == 0)
+      errs << "parrun: error: " << error.what() << "\n";
+    errs.flush();
+    return 1;
+  } catch (const std::exception &error) {
+    // Prints "error: rank R aborted: MESSAGE" and ends every process of the job.
+    errs.flush();
+    comm->abort(error.what());
+  }
+}
+
+} // namespace parc::runtime

@@ -1,0 +1,378 @@
+//===- OpInterpreter.cpp - Operands, outputs and the compute ops ----------===//
+//
+// The framework of the interpreter (operand lookup, output allocation, gradient accumulation,
+// liveness) and the ops that are a single kernel call. Collectives, split and the loss are in
+// OpCollectives.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parc/Runtime/OpInterpreter.h"
+
+#include "parc/Runtime/Kernels.h"
+
+#include "llvm/ADT/StringExtras.h"
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+namespace parc::runtime {
+
+using plan::OpKind;
+
+namespace {
+std::string describeOp(bool backward, size_t index, const plan::Op &op) {
+  std::string text = (backward ? "backward[" : "forward[") + std::to_string(index) + "] (" +
+                     plan::spelling(op.kind).str();
+  if (!op.outputs.empty())
+    text += " -> " + llvm::join(op.outputs, ", ");
+  return text + ")";
+}
+
+int64_t product(llvm::ArrayRef<int64_t> dims) {
+  int64_t n = 1;
+  for (int64_t dim : dims)
+    n *= dim;
+  return n;
+}
+
+[[noreturn]] void opError(const std::string &message) { throw std::runtime_error(message); }
+} // namespace
+
+ChunkLiveness ChunkLiveness::analyze(const plan::Chunk &chunk) {
+  ChunkLiveness result;
+  std::set<std::string> readByBackward;
+  for (const plan::Op &op : chunk.backward)
+    readByBackward.insert(op.inputs.begin(), op.inputs.end());
+  std::set<std::string> keepAfterForward = readByBackward;
+  keepAfterForward.insert({chunk.output, "loss"});
+
+  auto lastUses = [](llvm::ArrayRef<plan::Op> ops) {
+    std::map<std::string, size_t> last;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      for (const std::string &name : ops[i].inputs)
+        last[name] = i;
+      for (const std::string &name : ops[i].outputs)
+        last[name] = i;
+    }
+    return last;
+  };
+  result.afterForward.resize(chunk.forward.size());
+  for (const auto &[name, index] : lastUses(chunk.forward))
+    if (!keepAfterForward.count(name))
+      result.afterForward[index].push_back(name);
+  result.afterBackward.resize(chunk.backward.size());
+  std::string inputGrad = chunk.input.empty() ? "" : plan::gradName(chunk.input);
+  for (const auto &[name, index] : lastUses(chunk.backward))
+    if (name != inputGrad)
+      result.afterBackward[index].push_back(name);
+  for (const std::string &name : readByBackward)
+    if (chunk.tensors.count(name))
+      result.readByBackward.push_back(name);
+  return result;
+}
+
+template <typename T> int64_t OpInterpreter<T>::Operand::numel() const { return product(shape); }
+
+template <typename T>
+void OpInterpreter<T>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayRef<plan::Op> ops,
+                           const std::vector<std::vector<std::string>> &freeAfter,
+                           ChunkEnv<T> &env) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Context ctx{chunk, ops[i], env, {}};
+    try {
+      execute(ctx);
+    } catch (const CommError &error) {
+      throw CommError(describeOp(backward, i, ops[i]) + ": " + error.what());
+    } catch (const std::runtime_error &error) {
+      throw std::runtime_error(describeOp(backward, i, ops[i]) + ": " + error.what());
+    }
+    for (PendingGrad &pending : ctx.pending) {
+      for (size_t k = 0; k < pending.scratch.size(); ++k)
+        pending.grad[k] += pending.scratch[k];
+    }
+    for (const std::string &name : freeAfter[i])
+      env.erase(name);
+  }
+}
+
+template <typename T>
+typename OpInterpreter<T>::Operand OpInterpreter<T>::in(Context &ctx, size_t i) {
+  const std::string &name = ctx.op.inputs[i];
+  auto value = ctx.env.values.find(name);
+  if (value != ctx.env.values.end())
+    return {value->second.data(), value->second.shape};
+  if (typename ParamStore<T>::Param *param = params.find(name)) {
+    if (param->released())
+      opError("parameter '" + name +
+              "' is released (ZeRO-3): the schedule must all_gather_params before this compute");
+    return {param->value, param->localShape};
+  }
+  if (ctx.env.ids.count(name))
+    opError("operand '" + name + "' holds token ids, not values");
+  opError("operand '" + name + "' is not defined at this point");
+}
+
+template <typename T>
+const int64_t *OpInterpreter<T>::ids(Context &ctx, size_t i, std::vector<int64_t> *shape) {
+  const std::string &name = ctx.op.inputs[i];
+  auto it = ctx.env.ids.find(name);
+  if (it == ctx.env.ids.end())
+    opError("operand '" + name + "' must be token ids loaded by load_batch, but is not defined");
+  if (shape)
+    *shape = it->second.shape;
+  return it->second.data();
+}
+
+template <typename T>
+typename OpInterpreter<T>::Operand OpInterpreter<T>::out(Context &ctx, size_t i, bool kernelAdds) {
+  const std::string &name = ctx.op.outputs[i];
+  if (typename ParamStore<T>::Param *param = params.gradOwner(name)) {
+    if (kernelAdds)
+      return {param->grad, param->localShape};
+    PendingGrad &pending = ctx.pending.emplace_back();
+    pending.scratch = Buffer<T>(memory, MemoryCategory::Grads, size_t(param->numel));
+    pending.grad = param->grad;
+    return {pending.scratch.data(), param->localShape};
+  }
+  auto type = ctx.chunk.tensors.find(name);
+  if (type == ctx.chunk.tensors.end())
+    opError("output '" + name + "' is missing from the chunk's tensor table");
+  if (type->second.dtype == plan::DType::Int64)
+    opError("output '" + name + "' is declared int64; ops write only floating-point tensors");
+  if (ctx.env.has(name))
+    opError("output '" + name + "' is written a second time in this pass");
+  Tensor<T> &tensor = ctx.env.values[name];
+  tensor = Tensor<T>(memory, MemoryCategory::Activations, type->second.shape);
+  return {tensor.data(), tensor.shape};
+}
+
+template <typename T>
+const std::vector<int64_t> &OpInterpreter<T>::group(const plan::Op &op) const {
+  const std::vector<int64_t> &ranks = plan.groups.get(op.groupAttr("group"));
+  if (ranks.empty())
+    opError("group '" + plan::spelling(op.groupAttr("group")).str() +
+            "' is empty on this rank; the op cannot run here");
+  return ranks;
+}
+
+template <typename T> void OpInterpreter<T>::execute(Context &ctx) {
+  switch (ctx.op.kind) {
+  case OpKind::AllReduce:
+  case OpKind::AllGather:
+  case OpKind::ReduceScatter:
+  case OpKind::Split:
+  case OpKind::SplitBwd:
+    return executeCollective(ctx);
+  case OpKind::CrossEntropy:
+  case OpKind::CrossEntropyBwd:
+    return executeLoss(ctx);
+  default:
+    if (plan::opInfo(ctx.op.kind).backwardOnly)
+      return executeBackward(ctx);
+    return executeCompute(ctx);
+  }
+}
+
+template <typename T> void OpInterpreter<T>::executeCompute(Context &ctx) {
+  const plan::Op &op = ctx.op;
+  auto sameSize = [](const Operand &a, const Operand &b, const char *what) {
+    if (a.numel() != b.numel())
+      opError(std::string(what) + ": operands of " + std::to_string(a.numel()) + " and " +
+              std::to_string(b.numel()) + " elements");
+  };
+  switch (op.kind) {
+  case OpKind::Embedding: {
+    std::vector<int64_t> idShape;
+    const int64_t *tokens = ids(ctx, 0, &idShape);
+    Operand weight = in(ctx, 1), y = out(ctx, 0, false);
+    int64_t batch = idShape[0], seq = idShape[1], hidden = weight.shape.back();
+    if (y.numel() != seq * batch * hidden)
+      opError("output does not hold [seq, batch, hidden] of the ids and the table");
+    cpu::embeddingForward(y.data, tokens, weight.data, seq, batch, hidden,
+                          op.intAttr("vocab_offset"), weight.shape[0]);
+    return;
+  }
+  case OpKind::PositionEmbedding: {
+    Operand x = in(ctx, 0), weight = in(ctx, 1), y = out(ctx, 0, false);
+    sameSize(x, y, "position_embedding");
+    if (weight.shape[0] < x.shape[0])
+      opError("the position table has fewer rows than the sequence");
+    cpu::positionEmbeddingForward(y.data, x.data, weight.data, x.shape[0], x.shape[1], x.shape[2]);
+    return;
+  }
+  case OpKind::LayerNorm: {
+    Operand x = in(ctx, 0), weight = in(ctx, 1), bias = in(ctx, 2), y = out(ctx, 0, false);
+    sameSize(x, y, "layernorm");
+    int64_t dim = x.shape.back();
+    cpu::layerNormForward(y.data, x.data, weight.data, bias.data, x.numel() / dim, dim,
+                          op.numberAttr("eps"));
+    return;
+  }
+  case OpKind::RMSNorm: {
+    Operand x = in(ctx, 0), weight = in(ctx, 1), y = out(ctx, 0, false);
+    sameSize(x, y, "rmsnorm");
+    int64_t dim = x.shape.back();
+    cpu::rmsNormForward(y.data, x.data, weight.data, x.numel() / dim, dim, op.numberAttr("eps"));
+    return;
+  }
+  case OpKind::MatMul: {
+    Operand a = in(ctx, 0), b = in(ctx, 1);
+    bool transA = op.boolAttr("trans_a"), transB = op.boolAttr("trans_b");
+    if (b.shape.size() != 2 || (transA && a.shape.size() != 2))
+      opError("matmul needs a 2-D b (and a 2-D a with trans_a)");
+    int64_t k = transA ? a.shape[0] : a.shape.back();
+    int64_t m = a.numel() / k;
+    int64_t n = transB ? b.shape[0] : b.shape[1];
+    if ((transB ? b.shape[1] : b.shape[0]) != k)
+      opError("inner dimensions differ");
+    Operand c = out(ctx, 0, false);
+    if (c.numel() != m * n)
+      opError("the output holds " + std::to_string(c.numel()) + " elements, not " +
+              std::to_string(m) + " x " + std::to_string(n));
+    cpu::matmulForward(c.data, a.data, b.data, m, n, k, transA, transB);
+    return;
+  }
+  case OpKind::BiasAdd: {
+    Operand x = in(ctx, 0), bias = in(ctx, 1), y = out(ctx, 0, false);
+    sameSize(x, y, "bias_add");
+    cpu::biasAddForward(y.data, x.data, bias.data, x.numel() / bias.numel(), bias.numel());
+    return;
+  }
+  case OpKind::RoPE: {
+    Operand x = in(ctx, 0), y = out(ctx, 0, false);
+    sameSize(x, y, "rope");
+    int64_t heads = op.intAttr("heads");
+    cpu::ropeForward(y.data, x.data, x.shape[0], x.shape[1], heads, x.shape[2] / heads,
+                     op.numberAttr("theta"));
+    return;
+  }
+  case OpKind::Attention: {
+    Operand q = in(ctx, 0), k = in(ctx, 1), v = in(ctx, 2), y = out(ctx, 0, false);
+    sameSize(q, y, "attention");
+    int64_t heads = op.intAttr("heads");
+    cpu::attentionForward(y.data, q.data, k.data, v.data, q.shape[0], q.shape[1], heads,
+                          op.intAttr("kv_heads"), q.shape[2] / heads, op.boolAttr("causal"));
+    return;
+  }
+  case OpKind::GELU: {
+    Operand x = in(ctx, 0), y = out(ctx, 0, false);
+    sameSize(x, y, "gelu");
+    cpu::geluForward(y.data, x.data, x.numel());
+    return;
+  }
+  case OpKind::SwiGLU: {
+    Operand gate = in(ctx, 0), up = in(ctx, 1), y = out(ctx, 0, false);
+    sameSize(gate, up, "swiglu");
+    sameSize(gate, y, "swiglu");
+    int64_t ffn = gate.shape.back();
+    cpu::swigluForward(y.data, gate.data, up.data, gate.numel() / ffn, ffn);
+    return;
+  }
+  case OpKind::ResidualAdd: {
+    Operand a = in(ctx, 0), b = in(ctx, 1), y = out(ctx, 0, false);
+    sameSize(a, b, "residual_add");
+    sameSize(a, y, "residual_add");
+    cpu::residualAddForward(y.data, a.data, b.data, a.numel());
+    return;
+  }
+  default:
+    opError("op kind '" + plan::spelling(op.kind).str() + "' is not a forward compute op");
+  }
+}
+
+template <typename T> void OpInterpreter<T>::executeBackward(Context &ctx) {
+  const plan::Op &op = ctx.op;
+  switch (op.kind) {
+  case OpKind::EmbeddingBwd: {
+    std::vector<int64_t> idShape;
+    const int64_t *tokens = ids(ctx, 0, &idShape);
+    Operand dy = in(ctx, 1), dweight = out(ctx, 0, true);
+    cpu::embeddingBackward(dweight.data, tokens, dy.data, idShape[1], idShape[0],
+                           dweight.shape.back(), op.intAttr("vocab_offset"), dweight.shape[0]);
+    return;
+  }
+  case OpKind::PositionEmbeddingBwd: {
+    Operand dy = in(ctx, 0), dx = out(ctx, 0, false), dweight = out(ctx, 1, true);
+    cpu::positionEmbeddingBackward(dx.data, dweight.data, dy.data, dy.shape[0], dy.shape[1],
+                                   dy.shape[2]);
+    return;
+  }
+  case OpKind::LayerNormBwd: {
+    Operand x = in(ctx, 0), weight = in(ctx, 1), dy = in(ctx, 2);
+    Operand dx = out(ctx, 0, false), dweight = out(ctx, 1, true), dbias = out(ctx, 2, true);
+    int64_t dim = x.shape.back();
+    cpu::layerNormBackward(dx.data, dweight.data, dbias.data, x.data, weight.data, dy.data,
+                           x.numel() / dim, dim, op.numberAttr("eps"));
+    return;
+  }
+  case OpKind::RMSNormBwd: {
+    Operand x = in(ctx, 0), weight = in(ctx, 1), dy = in(ctx, 2);
+    Operand dx = out(ctx, 0, false), dweight = out(ctx, 1, true);
+    int64_t dim = x.shape.back();
+    cpu::rmsNormBackward(dx.data, dweight.data, x.data, weight.data, dy.data, x.numel() / dim, dim,
+                         op.numberAttr("eps"));
+    return;
+  }
+  case OpKind::MatMulBwd: {
+    Operand a = in(ctx, 0), b = in(ctx, 1), dc = in(ctx, 2);
+    bool transA = op.boolAttr("trans_a"), transB = op.boolAttr("trans_b");
+    int64_t k = transA ? a.shape[0] : a.shape.back();
+    int64_t m = a.numel() / k;
+    int64_t n = transB ? b.shape[0] : b.shape[1];
+    if (dc.numel() != m * n)
+      opError("the output gradient does not match the product's shape");
+    // Fresh tensors start at zero, so adding is overwriting them; parameter gradients add.
+    Operand da = out(ctx, 0, true), db = out(ctx, 1, true);
+    cpu::matmulBackward(da.data, db.data, a.data, b.data, dc.data, m, n, k, transA, transB,
+                        cpu::GradWrite::Add, cpu::GradWrite::Add);
+    return;
+  }
+  case OpKind::BiasAddBwd: {
+    Operand dy = in(ctx, 0), dx = out(ctx, 0, false), dbias = out(ctx, 1, true);
+    cpu::biasAddBackward(dx.data, dbias.data, dy.data, dy.numel() / dbias.numel(), dbias.numel());
+    return;
+  }
+  case OpKind::RoPEBwd: {
+    Operand dy = in(ctx, 0), dx = out(ctx, 0, false);
+    int64_t heads = op.intAttr("heads");
+    cpu::ropeBackward(dx.data, dy.data, dy.shape[0], dy.shape[1], heads, dy.shape[2] / heads,
+                      op.numberAttr("theta"));
+    return;
+  }
+  case OpKind::AttentionBwd: {
+    Operand q = in(ctx, 0), k = in(ctx, 1), v = in(ctx, 2), dy = in(ctx, 3);
+    Operand dq = out(ctx, 0, false), dk = out(ctx, 1, false), dv = out(ctx, 2, false);
+    int64_t heads = op.intAttr("heads");
+    cpu::attentionBackward(dq.data, dk.data, dv.data, q.data, k.data, v.data, dy.data, q.shape[0],
+                           q.shape[1], heads, op.intAttr("kv_heads"), q.shape[2] / heads,
+                           op.boolAttr("causal"));
+    return;
+  }
+  case OpKind::GELUBwd: {
+    Operand x = in(ctx, 0), dy = in(ctx, 1), dx = out(ctx, 0, false);
+    cpu::geluBackward(dx.data, x.data, dy.data, x.numel());
+    return;
+  }
+  case OpKind::SwiGLUBwd: {
+    Operand gate = in(ctx, 0), up = in(ctx, 1), dy = in(ctx, 2);
+    Operand dgate = out(ctx, 0, false), dup = out(ctx, 1, false);
+    int64_t ffn = gate.shape.back();
+    cpu::swigluBackward(dgate.data, dup.data, gate.data, up.data, dy.data, gate.numel() / ffn,
+                        ffn);
+    return;
+  }
+  case OpKind::ResidualAddBwd: {
+    Operand dy = in(ctx, 0), da = out(ctx, 0, false), db = out(ctx, 1, false);
+    cpu::residualAddBackward(da.data, db.data, dy.data, dy.numel());
+    return;
+  }
+  default:
+    opError("op kind '" + plan::spelling(op.kind).str() + "' is not a backward compute op");
+  }
+}
+
+template class OpInterpreter<float>;
+template class OpInterpreter<double>;
+
+} // namespace parc::runtime

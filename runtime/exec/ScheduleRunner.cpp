@@ -1,0 +1,362 @@
+//===- ScheduleRunner.cpp - The instructions of one training step ---------===//
+
+#include "parc/Runtime/ScheduleRunner.h"
+
+#include "parc/Runtime/Executor.h"
+
+#include "llvm/ADT/STLExtras.h"
+
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+namespace parc::runtime {
+
+using plan::InstrKind;
+
+namespace {
+[[noreturn]] void scheduleError(const std::string &message) { throw std::runtime_error(message); }
+
+std::string rankNames(const std::vector<int64_t> &ranks) {
+  std::string text;
+  for (int64_t rank : ranks)
+    text += (text.empty() ? "" : ", ") + std::to_string(rank);
+  return (ranks.size() == 1 ? "rank " : "ranks ") + text;
+}
+} // namespace
+
+std::string describeInstr(const plan::Instr &instr) {
+  std::string op = plan::spelling(instr.op).str();
+  auto where = [&] {
+    return "chunk " + std::to_string(instr.chunk) + ", mb " + std::to_string(instr.microbatch);
+  };
+  switch (instr.op) {
+  case InstrKind::LoadBatch:
+    return op + " mb " + std::to_string(instr.microbatch);
+  case InstrKind::Forward:
+  case InstrKind::Backward:
+    return op + " " + where();
+  case InstrKind::SendAct:
+  case InstrKind::SendGrad:
+    return op + " to rank " + std::to_string(instr.peer) + " (" + where() + ")";
+  case InstrKind::RecvAct:
+  case InstrKind::RecvGrad:
+    return op + " from rank " + std::to_string(instr.peer) + " (" + where() + ")";
+  case InstrKind::AllReduceGrads:
+  case InstrKind::ReduceScatterGrads:
+  case InstrKind::AllGatherParams:
+    return op + " over " + plan::spelling(instr.group).str() + " (" +
+           std::to_string(instr.params.size()) + " params)";
+  case InstrKind::ReleaseParams:
+    return op + " (" + std::to_string(instr.params.size()) + " params)";
+  case InstrKind::OptimizerStep:
+    return op;
+  }
+  return op;
+}
+
+template <typename T>
+ScheduleRunner<T>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm,
+                                  MemoryTracker &memory, ParamStore<T> &params,
+                                  const TokenStream &data)
+    : plan(plan), comm(comm), memory(memory), params(params), data(data),
+      interpreter(plan, params, comm, memory), worldRanks(size_t(plan.world)) {
+  std::iota(worldRanks.begin(), worldRanks.end(), 0);
+  for (const plan::Chunk &chunk : plan.chunks)
+    liveness.push_back(ChunkLiveness::analyze(chunk));
+}
+
+bool reportsLoss(const plan::RankPlan &plan) {
+  return plan.coords.tp == 0 && plan.coords.dp == 0 &&
+         llvm::any_of(plan.chunks, [](const plan::Chunk &c) { return c.hasHead; });
+}
+
+template <typename T> bool ScheduleRunner<T>::reportsLoss() const {
+  return runtime::reportsLoss(plan);
+}
+
+template <typename T> const plan::Chunk &ScheduleRunner<T>::chunkAt(int64_t index) const {
+  if (index < 0 || index >= int64_t(plan.chunks.size()))
+    scheduleError("chunk " + std::to_string(index) + " does not exist on this rank");
+  return plan.chunks[size_t(index)];
+}
+
+template <typename T>
+std::vector<int64_t> ScheduleRunner<T>::declaredShape(const plan::Chunk &chunk,
+                                                      const std::string &name) const {
+  auto it = chunk.tensors.find(name);
+  if (it == chunk.tensors.end())
+    scheduleError("'" + name + "' is missing from the tensor table of chunk " +
+                  std::to_string(chunk.index));
+  return it->second.shape;
+}
+
+template <typename T>
+int64_t ScheduleRunner<T>::transferTag(int64_t boundary, int64_t microbatch, bool gradient) const {
+  return (boundary * plan.parallel.microbatches + microbatch) * 2 + (gradient ? 1 : 0);
+}
+
+template <typename T>
+Tensor<T> ScheduleRunner<T>::takeFrom(Key key, const std::string &name, bool copy) {
+  auto env = envs.find(key);
+  if (env == envs.end() || !env->second.values.count(name))
+    scheduleError("'" + name + "' of chunk " + std::to_string(key.first) + ", mb " +
+                  std::to_string(key.second) + " is not available to hand over");
+  Tensor<T> &source = env->second.values[name];
+  if (!copy)
+    return std::move(source);
+  Tensor<T> result(memory, MemoryCategory::Activations, source.shape);
+  std::copy_n(source.data(), source.numel(), result.data());
+  return result;
+}
+
+template <typename T> StepResult ScheduleRunner<T>::runStep(int64_t step) {
+  stepLossSum = 0;
+  stepped = false;
+  llvm::ArrayRef<plan::Instr> schedule = plan.schedule;
+  for (size_t i = 0; i < schedule.size();) {
+    size_t end = i + 1;
+    if (plan::isTransfer(schedule[i].op))
+      while (end < schedule.size() && plan::isTransfer(schedule[end].op))
+        ++end;
+    auto where = [&] {
+      return "step " + std::to_string(step + 1) + ", schedule[" + std::to_string(i) +
+             (end > i + 1 ? ".." + std::to_string(end - 1) : "") + "] (" +
+             describeInstr(schedule[i]) +
+             (end > i + 1 ? " and " + std::to_string(end - i - 1) + " more" : "") + "): ";
+    };
+    try {
+      if (plan::isTransfer(schedule[i].op))
+        runTransfers(schedule.slice(i, end - i));
+      else
+        runInstr(schedule[i], step);
+    } catch (const AgreedError &) {
+      throw;
+    } catch (const CommError &error) {
+      throw CommError(where() + error.what());
+    } catch (const std::runtime_error &error) {
+      throw std::runtime_error(where() + error.what());
+    }
+    i = end;
+  }
+  if (!stepped)
+    scheduleError("step " + std::to_string(step + 1) + ": the schedule has no optimizer_step");
+  envs.clear();
+
+  // Every rank learns the loss: the loss-holding ranks (tp rank 0 of the last stage, one per
+  // replica) contribute their replica's sum, in a world-wide fold that is the same everywhere.
+  std::vector<double> losses(size_t(plan.world), 0.0);
+  bool holdsLoss = plan.coords.tp == 0 &&
+                   llvm::any_of(plan.chunks, [](const plan::Chunk &c) { return c.hasHead; });
+  if (holdsLoss)
+    losses[size_t(plan.rank)] = stepLossSum;
+  try {
+    comm.allReduce(worldRanks, losses.data(), losses.size());
+  } catch (const CommError &error) {
+    throw CommError("step " + std::to_string(step + 1) +
+                    ", after the schedule (the loss all-reduce over all ranks): " + error.what());
+  }
+  std::vector<int64_t> nonFinite;
+  double total = 0;
+  for (size_t r = 0; r < losses.size(); ++r) {
+    total += losses[r];
+    if (!std::isfinite(losses[r]))
+      nonFinite.push_back(int64_t(r));
+  }
+  if (!nonFinite.empty())
+    throw AgreedError("step " + std::to_string(step + 1) + ": the loss is not finite on " +
+                      rankNames(nonFinite) +
+                      "; stopping (lower the learning rate or check the data)");
+  StepResult result;
+  result.loss = total / double(plan.parallel.dp * plan.parallel.microbatches);
+  result.optimizer = lastStats;
+  return result;
+}
+
+template <typename T> void ScheduleRunner<T>::runInstr(const plan::Instr &instr, int64_t step) {
+  switch (instr.op) {
+  case InstrKind::LoadBatch:
+    return loadBatch(instr.microbatch, step);
+  case InstrKind::Forward:
+    return forward(instr.chunk, instr.microbatch);
+  case InstrKind::Backward:
+    return backward(instr.chunk, instr.microbatch);
+  case InstrKind::AllReduceGrads:
+    return params.allReduceGrads(comm, instr);
+  case InstrKind::ReduceScatterGrads:
+    return params.reduceScatterGrads(comm, instr);
+  case InstrKind::AllGatherParams:
+    return params.allGatherParams(comm, instr);
+  case InstrKind::ReleaseParams:
+    return params.releaseParams(instr);
+  case InstrKind::OptimizerStep:
+    lastStats = optimizerStep(params, comm, plan, instr, step);
+    stepped = true;
+    return afterOptimizer(lastStats, step);
+  case InstrKind::SendAct:
+  case InstrKind::RecvAct:
+  case InstrKind::SendGrad:
+  case InstrKind::RecvGrad:
+    return runTransfers(instr);
+  }
+}
+
+template <typename T> void ScheduleRunner<T>::afterOptimizer(const StepStats &stats, int64_t step) {
+  if (stats.updated)
+    return;
+  // The norm is global, so every rank is here; find out together whose gradients broke it.
+  std::vector<double> flags(size_t(plan.world), 0.0);
+  flags[size_t(plan.rank)] = std::isfinite(stats.localSquares) ? 0.0 : 1.0;
+  comm.allReduce(worldRanks, flags.data(), flags.size());
+  std::vector<int64_t> culprits;
+  for (size_t r = 0; r < flags.size(); ++r)
+    if (flags[r] != 0)
+      culprits.push_back(int64_t(r));
+  std::string norm = std::isnan(stats.gradNorm) ? "nan" : "inf";
+  throw AgreedError("step " + std::to_string(step + 1) + ": the gradient norm is " + norm +
+                    (culprits.empty() ? std::string()
+                                      : " (non-finite gradients on " + rankNames(culprits) + ")") +
+                    "; stopping before the update (lower the learning rate or enable grad_clip)");
+}
+
+template <typename T> void ScheduleRunner<T>::loadBatch(int64_t microbatch, int64_t step) {
+  int64_t seq = plan.model.seq, batch = plan.parallel.microBatch;
+  std::vector<int64_t> tokens(size_t(batch * seq)), labels(size_t(batch * seq));
+  data.microbatch(uint64_t(plan.train.seed), step, plan.parallel, plan.coords.dp, microbatch, seq,
+                  tokens.data(), labels.data());
+  for (const plan::Chunk &chunk : plan.chunks) {
+    auto place = [&](const std::string &name, const std::vector<int64_t> &values) {
+      std::vector<int64_t> shape = declaredShape(chunk, name);
+      if (shape != std::vector<int64_t>{batch, seq})
+        scheduleError("'" + name + "' of chunk " + std::to_string(chunk.index) +
+                      " is not declared [micro_batch, seq]");
+      Tensor<int64_t> &tensor = envs[{chunk.index, microbatch}].ids[name];
+      tensor = Tensor<int64_t>(memory, MemoryCategory::Activations, shape);
+      std::copy(values.begin(), values.end(), tensor.data());
+    };
+    if (chunk.hasEmbedding)
+      place("tokens", tokens);
+    if (chunk.hasHead)
+      place("labels", labels);
+  }
+}
+
+template <typename T> void ScheduleRunner<T>::forward(int64_t index, int64_t microbatch) {
+  const plan::Chunk &chunk = chunkAt(index);
+  ChunkEnv<T> &env = envs[{index, microbatch}];
+  if (!chunk.input.empty() && !env.has(chunk.input)) {
+    // With one pipeline stage the previous virtual stage is this rank's previous chunk.
+    if (plan.parallel.pp != 1 || index == 0)
+      scheduleError("the input '" + chunk.input + "' was not received before this forward");
+    const plan::Chunk &previous = chunkAt(index - 1);
+    bool keep = llvm::is_contained(liveness[size_t(index - 1)].readByBackward, previous.output);
+    env.values[chunk.input] = takeFrom({index - 1, microbatch}, previous.output, keep);
+  }
+  if (chunk.hasEmbedding && !env.ids.count("tokens"))
+    scheduleError("no load_batch before the forward of the embedding chunk");
+  if (chunk.hasHead && !env.ids.count("labels"))
+    scheduleError("no load_batch before the forward of the head chunk");
+  interpreter.run(chunk, /*backward=*/false, chunk.forward, liveness[size_t(index)].afterForward,
+                  env);
+  if (chunk.hasHead) {
+    auto loss = env.values.find("loss");
+    if (loss == env.values.end())
+      scheduleError("the head chunk's forward did not write 'loss'");
+    stepLossSum += double(loss->second.data()[0]);
+  }
+}
+
+template <typename T> void ScheduleRunner<T>::backward(int64_t index, int64_t microbatch) {
+  const plan::Chunk &chunk = chunkAt(index);
+  auto found = envs.find({index, microbatch});
+  if (found == envs.end())
+    scheduleError("backward before the forward of this microbatch");
+  ChunkEnv<T> &env = found->second;
+  if (chunk.hasHead) {
+    // Each microbatch's loss is a mean over its tokens; 1/M makes the step's gradient that of
+    // the mean over all of this replica's tokens.
+    Tensor<T> &seed = env.values["loss.grad"];
+    seed = Tensor<T>(memory, MemoryCategory::Activations, declaredShape(chunk, "loss.grad"));
+    seed.data()[0] = T(1) / T(plan.parallel.microbatches);
+  }
+  std::string outputGrad = chunk.output.empty() ? "" : plan::gradName(chunk.output);
+  if (!outputGrad.empty() && !env.has(outputGrad)) {
+    if (plan.parallel.pp != 1 || index + 1 >= int64_t(plan.chunks.size()))
+      scheduleError("the gradient '" + outputGrad + "' was not received before this backward");
+    const plan::Chunk &next = chunkAt(index + 1);
+    env.values[outputGrad] =
+        takeFrom({index + 1, microbatch}, plan::gradName(next.input), /*copy=*/false);
+    envs.erase({index + 1, microbatch});
+  }
+  interpreter.run(chunk, /*backward=*/true, chunk.backward, liveness[size_t(index)].afterBackward,
+                  env);
+  // Only the input gradient outlives the backward, until it is sent or handed over.
+  std::string inputGrad = chunk.input.empty() ? "" : plan::gradName(chunk.input);
+  Tensor<T> kept;
+  if (!inputGrad.empty() && env.values.count(inputGrad))
+    kept = std::move(env.values[inputGrad]);
+  env.values.clear();
+  env.ids.clear();
+  if (kept.buffer.allocated())
+    env.values[inputGrad] = std::move(kept);
+  else
+    envs.erase(found);
+}
+
+template <typename T> void ScheduleRunner<T>::runTransfers(llvm::ArrayRef<plan::Instr> run) {
+  std::vector<Transfer> transfers;
+  for (const plan::Instr &instr : run) {
+    const plan::Chunk &chunk = chunkAt(instr.chunk);
+    ChunkEnv<T> &env = envs[{instr.chunk, instr.microbatch}];
+    int64_t stage = chunk.virtualStage;
+    auto sendTensor = [&](const std::string &name, int64_t boundary, bool gradient) {
+      auto it = env.values.find(name);
+      if (it == env.values.end())
+        scheduleError(describeInstr(instr) + ": '" + name + "' has not been computed yet");
+      transfers.push_back(Transfer::send(instr.peer,
+                                         transferTag(boundary, instr.microbatch, gradient),
+                                         it->second.data(), size_t(it->second.numel())));
+    };
+    auto recvTensor = [&](const std::string &name, int64_t boundary, bool gradient) {
+      if (env.has(name))
+        scheduleError(describeInstr(instr) + ": '" + name + "' was already received");
+      Tensor<T> &tensor = env.values[name];
+      tensor = Tensor<T>(memory, MemoryCategory::Activations, declaredShape(chunk, name));
+      transfers.push_back(Transfer::recv(instr.peer,
+                                         transferTag(boundary, instr.microbatch, gradient),
+                                         tensor.data(), size_t(tensor.numel())));
+    };
+    switch (instr.op) {
+    case InstrKind::SendAct:
+      sendTensor(chunk.output, stage, false);
+      break;
+    case InstrKind::RecvAct:
+      recvTensor(chunk.input, stage - 1, false);
+      break;
+    case InstrKind::SendGrad:
+      sendTensor(plan::gradName(chunk.input), stage - 1, true);
+      break;
+    case InstrKind::RecvGrad:
+      recvTensor(plan::gradName(chunk.output), stage, true);
+      break;
+    default:
+      scheduleError(describeInstr(instr) + " is not a transfer");
+    }
+  }
+  comm.exchange(transfers);
+  // Sent tensors are dead unless the backward still reads them.
+  for (const plan::Instr &instr : run) {
+    const plan::Chunk &chunk = chunkAt(instr.chunk);
+    Key key{instr.chunk, instr.microbatch};
+    if (instr.op == InstrKind::SendAct &&
+        !llvm::is_contained(liveness[size_t(instr.chunk)].readByBackward, chunk.output))
+      envs[key].values.erase(chunk.output);
+    if (instr.op == InstrKind::SendGrad)
+      envs.erase(key);
+  }
+}
+
+template class ScheduleRunner<float>;
+template class ScheduleRunner<double>;
+
+} // namespace parc::runtime

@@ -1,0 +1,67 @@
+//===- Executor.h - parrun: execute a directory of rank plans -------------===//
+//
+// Every rank runs the same sequence: load its plan (and the data), agree with all ranks that
+// they belong to one compilation, initialise its shards, run the schedule once per step, and
+// at the end report memory and optionally dump the gathered weights.
+//
+// Errors come in two kinds. An AgreedError is raised by every rank alike, from facts all ranks
+// exchanged (a plan id mismatch, a non-finite loss): each rank exits non-zero and one prints
+// it. Any other error is local to one rank (a timeout, a plan the rank cannot execute): that
+// rank reports it with the schedule instruction it was in and the job is aborted, so that no
+// rank waits on it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_RUNTIME_EXECUTOR_H
+#define PARC_RUNTIME_EXECUTOR_H
+
+#include "parc/Runtime/Communicator.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace parc::runtime {
+
+class AgreedError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class Precision { FP32, FP64 };
+
+struct RunOptions {
+  std::string planDir;
+  std::optional<int64_t> steps; // default: the plan's train.steps
+  std::string dataPath;         // empty: synthetic tokens
+  Precision precision = Precision::FP32;
+  int64_t logEvery = 1;
+  double timeoutSeconds = 300;
+  std::string dumpWeightsPath; // empty: no dump
+};
+
+/// What one rank saw, for the caller and the tests.
+struct RankSummary {
+  std::vector<double> losses, gradNorms; // per step, identical on every rank
+};
+
+/// Runs one rank on `comm` to the end. Step lines and the memory report go to `out` from the
+/// ranks that own them. Throws AgreedError, CommError or std::runtime_error.
+RankSummary runRank(Communicator &comm, const RunOptions &options, llvm::raw_ostream &out);
+
+/// Every rank a thread of this process (LocalWorld). Returns the exit code; errors are printed
+/// to `errs`.
+int runLocal(const RunOptions &options, llvm::raw_ostream &out, llvm::raw_ostream &errs);
+
+/// This process is one rank of an MPI job.
+int runMPI(int *argc, char ***argv, const RunOptions &options, llvm::raw_ostream &out,
+           llvm::raw_ostream &errs);
+
+/// The number of ranks of the plan directory, from its manifest.
+llvm::Expected<int64_t> planWorldSize(llvm::StringRef planDir);
+
+} // namespace parc::runtime
+
+#endif

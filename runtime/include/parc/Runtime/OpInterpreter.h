@@ -1,0 +1,102 @@
+//===- OpInterpreter.h - Runs a chunk's forward and backward op lists -----===//
+//
+// An op list is run top to bottom on the tensors of one (chunk, microbatch): the operands are
+// that ChunkEnv's tensors or this rank's parameters, and every output is allocated with the
+// shape of the chunk's tensor table. Writes to a parameter gradient ("w.grad") add to the
+// parameter's gradient buffer, directly where the kernel accumulates (dweight, dbias, matmul's
+// GradWrite::Add) and through a scratch buffer otherwise. Collectives run over the group the
+// op names, through the communicator.
+//
+// Liveness: after each op the tensors it was the last user of are freed, except those a later
+// pass needs (the forward keeps what the backward reads, the chunk's output until it is sent
+// and the loss; the backward keeps the input gradient until it is sent).
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_RUNTIME_OPINTERPRETER_H
+#define PARC_RUNTIME_OPINTERPRETER_H
+
+#include "parc/Plan/Plan.h"
+#include "parc/Runtime/Buffer.h"
+#include "parc/Runtime/Communicator.h"
+#include "parc/Runtime/ParamStore.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace parc::runtime {
+
+/// The tensors of one (chunk, microbatch) between its forward and its backward.
+template <typename T> struct ChunkEnv {
+  std::map<std::string, Tensor<T>> values;
+  std::map<std::string, Tensor<int64_t>> ids; // tokens and labels
+
+  bool has(const std::string &name) const { return values.count(name) || ids.count(name); }
+  void erase(const std::string &name) {
+    values.erase(name);
+    ids.erase(name);
+  }
+};
+
+/// For each op of a chunk's lists, the names to free once it ran.
+struct ChunkLiveness {
+  std::vector<std::vector<std::string>> afterForward, afterBackward;
+  /// Forward tensors the backward reads (kept until the backward frees them).
+  std::vector<std::string> readByBackward;
+
+  static ChunkLiveness analyze(const plan::Chunk &chunk);
+};
+
+template <typename T> class OpInterpreter {
+public:
+  OpInterpreter(const plan::RankPlan &plan, ParamStore<T> &params, Communicator &comm,
+                MemoryTracker &memory)
+      : plan(plan), params(params), comm(comm), memory(memory) {}
+
+  /// Runs `ops` of `chunk` on `env`, freeing after op i the names in freeAfter[i]. Errors
+  /// (std::runtime_error, CommError) name the op: "forward[12] (matmul -> block.0.attn.q.mm)".
+  void run(const plan::Chunk &chunk, bool backward, llvm::ArrayRef<plan::Op> ops,
+           const std::vector<std::vector<std::string>> &freeAfter, ChunkEnv<T> &env);
+
+  struct Operand {
+    T *data = nullptr;
+    std::vector<int64_t> shape;
+    int64_t numel() const;
+  };
+  struct PendingGrad {
+    Buffer<T> scratch;
+    T *grad;
+  };
+  struct Context {
+    const plan::Chunk &chunk;
+    const plan::Op &op;
+    ChunkEnv<T> &env;
+    std::vector<PendingGrad> pending;
+  };
+
+private:
+  void execute(Context &ctx);
+  void executeCompute(Context &ctx);
+  void executeBackward(Context &ctx);
+  void executeCollective(Context &ctx);
+  void executeLoss(Context &ctx);
+
+  Operand in(Context &ctx, size_t i);
+  const int64_t *ids(Context &ctx, size_t i, std::vector<int64_t> *shape = nullptr);
+  /// The output's storage: the parameter gradient itself when `kernelAdds` and the output is
+  /// one, a scratch buffer added to it after the op when not, otherwise a new zeroed tensor.
+  Operand out(Context &ctx, size_t i, bool kernelAdds);
+  const std::vector<int64_t> &group(const plan::Op &op) const;
+
+  const plan::RankPlan &plan;
+  ParamStore<T> &params;
+  Communicator &comm;
+  MemoryTracker &memory;
+};
+
+extern template class OpInterpreter<float>;
+extern template class OpInterpreter<double>;
+
+} // namespace parc::runtime
+
+#endif

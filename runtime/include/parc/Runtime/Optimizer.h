@@ -1,0 +1,36 @@
+//===- Optimizer.h - The optimizer_step instruction -----------------------===//
+//
+// (1) The global gradient norm: the squares of the owned gradient elements of every shard that
+// counts_in_grad_norm, summed over each of the instruction's norm_groups in turn. (2) Clipping
+// to train.grad_clip. (3) AdamW or SGD on the owned range at the warm-up learning rate, with
+// weight decay only on parameters of two or more dimensions. (4) Gradients cleared.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_RUNTIME_OPTIMIZER_H
+#define PARC_RUNTIME_OPTIMIZER_H
+
+#include "parc/Plan/Plan.h"
+#include "parc/Runtime/Communicator.h"
+#include "parc/Runtime/ParamStore.h"
+
+namespace parc::runtime {
+
+struct StepStats {
+  double gradNorm = 0;     // global, identical on every rank
+  double localSquares = 0; // this rank's share of gradNorm^2 before the reductions
+  double lr = 0;           // the learning rate the update used
+  bool clipped = false;
+  /// False when the norm is not finite: then nothing was updated or cleared.
+  bool updated = false;
+};
+
+/// The learning rate of 0-based step `step`: lr * min(1, (step + 1) / warmup_steps).
+double learningRate(const plan::TrainSettings &train, int64_t step);
+
+template <typename T>
+StepStats optimizerStep(ParamStore<T> &params, Communicator &comm, const plan::RankPlan &plan,
+                        const plan::Instr &instr, int64_t step);
+
+} // namespace parc::runtime
+
+#endif

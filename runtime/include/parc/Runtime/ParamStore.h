@@ -1,0 +1,127 @@
+//===- ParamStore.h - A rank's parameter shards, gradients and ZeRO state -===//
+//
+// One entry per `params` shard of the rank plan: its values (initialised with Init.h from
+// seed, name and global index), its gradient (accumulated by the backward lists, cleared by
+// the optimizer step) and its optimizer state.
+//
+// ZeRO partitions come from the schedule: the params list of a reduce_scatter_grads,
+// all_gather_params or release_params instruction is flattened in list order, zero-padded to a
+// multiple of the group size g, and member i of the group owns elements [i*n'/g, (i+1)*n'/g).
+// The shards of a partition live in one padded buffer in that order, so the ZeRO collectives
+// run on it without copies: all_gather_params gathers in place, and under ZeRO-3, where the
+// whole buffer exists only between an all_gather_params and the next release_params, the owned
+// elements are kept in a buffer of their own meanwhile. A partitioned shard's optimizer state
+// covers only its owned range.
+//
+// Gradients are one contiguous buffer (Megatron's contiguous grad buffer): the partitions'
+// padded vectors first, then the other shards in plan order, so that the data-parallel
+// all-reduce of adjacent shards and the reduce-scatter of a partition run in place. They are
+// held whole during the backward, accumulate over all microbatches and are reduced once per
+// step.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_RUNTIME_PARAMSTORE_H
+#define PARC_RUNTIME_PARAMSTORE_H
+
+#include "parc/Plan/Plan.h"
+#include "parc/Runtime/Buffer.h"
+#include "parc/Runtime/Communicator.h"
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Error.h"
+
+#include <vector>
+
+namespace parc::runtime {
+
+template <typename T> class ParamStore {
+public:
+  struct Param {
+    const plan::ParamShard *shard = nullptr;
+    std::vector<int64_t> localShape;
+    int64_t numel = 0;
+    /// The whole shard: in `storage`, or in its partition's buffer; null while ZeRO-3 has
+    /// released it.
+    T *value = nullptr;
+    T *grad = nullptr;      // this shard's part of the gradient buffer
+    Buffer<T> storage;      // an unpartitioned shard's values
+    int64_t partition = -1; // index into partitions(), -1 when not partitioned
+    int64_t flatOffset = 0; // first element of this shard in the partition's flat vector
+    /// The local elements this rank updates: all of them unless partitioned.
+    int64_t ownedBegin = 0, ownedEnd = 0;
+    Buffer<T> moment1, moment2; // Adam's m and v, or SGD's momentum in moment1
+
+    bool released() const { return value == nullptr; }
+    int64_t ownedCount() const { return ownedEnd - ownedBegin; }
+  };
+
+  struct Partition {
+    std::vector<size_t> params; // indices into all(), in list order
+    std::vector<int64_t> group;
+    int64_t position = 0;  // this rank's index in `group`
+    int64_t elements = 0;  // n, before padding
+    int64_t perMember = 0; // n' / g
+    bool zero3 = false;    // some release_params names it
+    Buffer<T> weights;     // the n' gathered values; ZeRO-3 frees it between computes
+    Buffer<T> owned;       // ZeRO-3: this member's perMember values while released
+    T *grads = nullptr;    // the n' gradients, in the gradient buffer
+
+    int64_t ownedLo() const { return position * perMember; }
+    int64_t ownedHi() const { return ownedLo() + perMember; }
+    int64_t padded() const { return perMember * int64_t(group.size()); }
+  };
+
+  ParamStore(const plan::RankPlan &plan, MemoryTracker &memory);
+
+  /// Derives the ZeRO partitions from the schedule; fails when two instructions partition a
+  /// parameter differently.
+  llvm::Error buildPartitions();
+  /// Fills every shard from (seed, name, global index) and allocates the gradients. ZeRO-3
+  /// partitions start released, as they are between steps.
+  void initialize(uint64_t seed);
+
+  std::vector<Param> &all() { return params; }
+  const std::vector<Param> &all() const { return params; }
+  const std::vector<Partition> &partitions() const { return parts; }
+  Param *find(llvm::StringRef name);
+  /// The parameter whose gradient is called `gradName` ("x.grad" -> x), or null.
+  Param *gradOwner(llvm::StringRef gradName);
+
+  // The schedule's parameter and gradient collectives.
+  void allReduceGrads(Communicator &comm, const plan::Instr &instr);
+  void reduceScatterGrads(Communicator &comm, const plan::Instr &instr);
+  void allGatherParams(Communicator &comm, const plan::Instr &instr);
+  void releaseParams(const plan::Instr &instr);
+  /// Gathers every released partition so that every shard is whole (before dumping weights).
+  void gatherAll(Communicator &comm);
+  void clearGrads();
+
+  /// Where the optimizer updates the owned range: in the shard, or in the owned buffer of a
+  /// released partition.
+  T *ownedWeights(Param &param);
+  /// A zeroed buffer counted as optimizer state.
+  Buffer<T> optimizerBuffer(size_t count) {
+    return Buffer<T>(memory, MemoryCategory::Optimizer, count);
+  }
+
+private:
+  std::vector<size_t> resolve(const plan::Instr &instr) const;
+  Partition &partitionOf(const plan::Instr &instr);
+  void gather(Communicator &comm, Partition &partition);
+  void release(Partition &partition);
+  void pointInto(Partition &partition);
+
+  const plan::RankPlan &plan;
+  MemoryTracker &memory;
+  std::vector<Param> params;
+  llvm::StringMap<size_t> byName;
+  std::vector<Partition> parts;
+  Buffer<T> gradStorage;
+};
+
+extern template class ParamStore<float>;
+extern template class ParamStore<double>;
+
+} // namespace parc::runtime
+
+#endif

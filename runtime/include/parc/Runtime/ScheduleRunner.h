@@ -1,0 +1,87 @@
+//===- ScheduleRunner.h - One rank's training steps -----------------------===//
+//
+// Runs the plan's schedule once per step: loads microbatches, runs chunk forwards and
+// backwards through the OpInterpreter, moves activations and gradients between pipeline
+// stages (a maximal run of adjacent transfers is one Communicator::exchange, so neighbours
+// that both send first cannot deadlock), synchronises gradients and parameters and steps the
+// optimizer. A failure inside an instruction is rethrown naming the step, the instruction's
+// index and what it is, so a stuck rank says where it waited.
+//
+// Transfer tags name the boundary between virtual stages v and v+1 and the microbatch, so a
+// send and its receive agree on the tag although their chunk indices differ (interleaved).
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_RUNTIME_SCHEDULERUNNER_H
+#define PARC_RUNTIME_SCHEDULERUNNER_H
+
+#include "parc/Plan/Plan.h"
+#include "parc/Runtime/Buffer.h"
+#include "parc/Runtime/Communicator.h"
+#include "parc/Runtime/Data.h"
+#include "parc/Runtime/OpInterpreter.h"
+#include "parc/Runtime/Optimizer.h"
+#include "parc/Runtime/ParamStore.h"
+
+#include <map>
+#include <utility>
+
+namespace parc::runtime {
+
+/// What one step produced, identical on every rank.
+struct StepResult {
+  double loss = 0; // mean over all microbatches of all data-parallel replicas
+  StepStats optimizer;
+};
+
+/// "send_act to rank 4 (chunk 0, mb 3)"
+std::string describeInstr(const plan::Instr &instr);
+
+/// Whether this rank prints the run's output: it holds the loss (last pipeline stage, tp rank
+/// 0, dp rank 0).
+bool reportsLoss(const plan::RankPlan &plan);
+
+template <typename T> class ScheduleRunner {
+public:
+  ScheduleRunner(const plan::RankPlan &plan, Communicator &comm, MemoryTracker &memory,
+                 ParamStore<T> &params, const TokenStream &data);
+
+  /// Runs 0-based step `step`. Throws AgreedError when the loss or gradient norm is not finite.
+  StepResult runStep(int64_t step);
+
+  bool reportsLoss() const;
+
+private:
+  using Key = std::pair<int64_t, int64_t>; // (chunk, microbatch)
+
+  void runInstr(const plan::Instr &instr, int64_t step);
+  void runTransfers(llvm::ArrayRef<plan::Instr> run);
+  void loadBatch(int64_t microbatch, int64_t step);
+  void forward(int64_t chunk, int64_t microbatch);
+  void backward(int64_t chunk, int64_t microbatch);
+  void afterOptimizer(const StepStats &stats, int64_t step);
+  const plan::Chunk &chunkAt(int64_t index) const;
+  /// The tensor table's shape of `name` in `chunk`.
+  std::vector<int64_t> declaredShape(const plan::Chunk &chunk, const std::string &name) const;
+  int64_t transferTag(int64_t boundary, int64_t microbatch, bool gradient) const;
+  Tensor<T> takeFrom(Key key, const std::string &name, bool copy);
+
+  const plan::RankPlan &plan;
+  Communicator &comm;
+  MemoryTracker &memory;
+  ParamStore<T> &params;
+  const TokenStream &data;
+  OpInterpreter<T> interpreter;
+  std::vector<ChunkLiveness> liveness;
+  std::vector<int64_t> worldRanks;
+  std::map<Key, ChunkEnv<T>> envs;
+  double stepLossSum = 0;
+  StepStats lastStats;
+  bool stepped = false;
+};
+
+extern template class ScheduleRunner<float>;
+extern template class ScheduleRunner<double>;
+
+} // namespace parc::runtime
+
+#endif
