@@ -62,9 +62,9 @@ void CudaCommunicator::checkCuda(cudaError_t status, const char *call, const std
     fail(what + ": " + call + " failed: " + cuda::errorText(status));
 }
 
-void CudaCommunicator::fold(ElementType type, ReduceOp op, void *const *outputs,
-                            size_t numOutputs, const void *const *inputs, size_t numInputs,
-                            size_t count, cudaStream_t stream, const std::string &what) {
+void CudaCommunicator::fold(ElementType type, ReduceOp op, void *const *outputs, size_t numOutputs,
+                            const void *const *inputs, size_t numInputs, size_t count,
+                            cudaStream_t stream, const std::string &what) {
   cuda::FoldOp foldOp = op == ReduceOp::Sum ? cuda::FoldOp::Sum : cuda::FoldOp::Max;
   try {
     switch (type) {

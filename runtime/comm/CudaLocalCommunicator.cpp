@@ -29,8 +29,8 @@ namespace {
 /// One member's side of a call: its buffers, the event after which they are ready, the
 /// folder's completion event, and what it called, to catch mismatched calls.
 struct Record {
-  uint64_t input = 0, output = 0, ready = 0, done = 0;
-  int64_t op = 0, type = 0, count = 0;
+  uint64_t input, output, ready, done;
+  int64_t op, type, count;
 };
 constexpr size_t kWords = 7;
 using Words = std::array<double, kWords>;
@@ -43,7 +43,7 @@ Words pack(const Record &record) {
 }
 
 Record unpack(const double *words) {
-  Record record;
+  Record record{};
   std::memcpy(&record, words, sizeof record);
   return record;
 }
@@ -63,8 +63,8 @@ class CudaLocalCommunicator final : public CudaCommunicator {
 public:
   CudaLocalCommunicator(Communicator &host, int device, CommOptions options)
       : CudaCommunicator(options, device), host(host) {
-    std::string what = "setting up the CUDA local communicator of rank " +
-                       std::to_string(host.rank());
+    std::string what =
+        "setting up the CUDA local communicator of rank " + std::to_string(host.rank());
     PARC_COMM_CUDA_CHECK(cudaStreamCreateWithFlags(&foldStream, cudaStreamNonBlocking), what);
     PARC_COMM_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what);
     PARC_COMM_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what);
@@ -79,7 +79,10 @@ public:
 
   int64_t rank() const override { return host.rank(); }
   int64_t world() const override { return host.world(); }
-  [[noreturn]] void abort(StringRef message) override { host.abort(message); }
+  [[noreturn]] void abort(StringRef message) override {
+    host.abort(message);
+    fail(message.str()); // not reached: the host's abort does not return
+  }
 
 private:
   /// Shares `mine` with the group and returns every member's record in list order, after
@@ -139,8 +142,8 @@ private:
   void reduceScatterImpl(GroupCall group, ReduceOp op, ElementType type, const void *input,
                          void *output, size_t countPerMember) override {
     std::string what = describe("reduce_scatter", group.ranks);
-    Record mine{handle(input), handle(output), 0, 0, int64_t(op), int64_t(type),
-                int64_t(countPerMember)};
+    Record mine{handle(input), handle(output),         0, 0, int64_t(op),
+                int64_t(type), int64_t(countPerMember)};
     std::vector<Record> records = meet(group, mine, "reduce_scatter", true, what);
     if (group.position == 0)
       for (size_t m = 0; m < records.size(); ++m) {
@@ -167,9 +170,9 @@ private:
           char *part = pointer<char *>(destination.output) + i * partBytes;
           const char *source = pointer<const char *>(records[i].input);
           if (part != source) // a member's own part, gathered in place
-            PARC_COMM_CUDA_CHECK(cudaMemcpyAsync(part, source, partBytes,
-                                                 cudaMemcpyDeviceToDevice, foldStream),
-                                 what);
+            PARC_COMM_CUDA_CHECK(
+                cudaMemcpyAsync(part, source, partBytes, cudaMemcpyDeviceToDevice, foldStream),
+                what);
         }
     finish(group, records, what);
   }
@@ -183,7 +186,8 @@ private:
     for (size_t i = 0; i < transfers.size(); ++i) {
       const Transfer &transfer = transfers[i];
       if (transfer.kind == Transfer::Kind::Recv) {
-        envelopes.push_back(Transfer::recv(transfer.peer, transfer.tag, messages[i].data(), kWords));
+        envelopes.push_back(
+            Transfer::recv(transfer.peer, transfer.tag, messages[i].data(), kWords));
         continue;
       }
       // The sender may reuse its buffer at once, so the data travels in a copy that the
@@ -255,8 +259,7 @@ CudaCommunicator &CudaLocalWorld::communicator(int64_t rank) { return *communica
 
 std::string CudaLocalWorld::failure() const { return host.failure(); }
 
-std::vector<std::string>
-CudaLocalWorld::run(const std::function<void(CudaCommunicator &)> &body) {
+std::vector<std::string> CudaLocalWorld::run(const std::function<void(CudaCommunicator &)> &body) {
   return host.run([&](Communicator &rankHost) {
     cudaError_t status = cudaSetDevice(device_);
     if (status != cudaSuccess)

@@ -111,7 +111,8 @@ struct NCCLCommunicator::Impl {
       auto [data, count] = sendPart(i);
       int peer = static_cast<int>(i);
       if (count)
-        checkNccl(ncclSend(data, count, ncclType(type), peer, comm, stream), "ncclSend", what, comm);
+        checkNccl(ncclSend(data, count, ncclType(type), peer, comm, stream), "ncclSend", what,
+                  comm);
       if (recvCount)
         checkNccl(ncclRecv(recvPart(i), recvCount, ncclType(type), peer, comm, stream), "ncclRecv",
                   what, comm);
@@ -142,8 +143,8 @@ struct NCCLCommunicator::Impl {
 NCCLCommunicator::NCCLCommunicator(Communicator &host, int device, CommOptions options)
     : CudaCommunicator(options, device), impl(std::make_unique<Impl>(*this, host)) {
   checkCuda(cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking),
-            "cudaStreamCreateWithFlags", "creating the NCCL stream on rank " +
-                                             std::to_string(host.rank()));
+            "cudaStreamCreateWithFlags",
+            "creating the NCCL stream on rank " + std::to_string(host.rank()));
 }
 
 std::unique_ptr<NCCLCommunicator> NCCLCommunicator::create(Communicator &host, int device,
@@ -202,8 +203,8 @@ void NCCLCommunicator::splitGroups(ArrayRef<std::vector<int64_t>> groups) {
     if (!group.empty()) {
       auto self = std::find(group.begin(), group.end(), rank());
       if (self == group.end())
-        fail(what + ": rank " + std::to_string(rank()) + " is not in group " +
-             formatGroup(group) + "; pass this rank's own groups");
+        fail(what + ": rank " + std::to_string(rank()) + " is not in group " + formatGroup(group) +
+             "; pass this rank's own groups");
       color = static_cast<int>(*std::min_element(group.begin(), group.end()));
       key = static_cast<int>(self - group.begin());
     }
@@ -223,6 +224,7 @@ int64_t NCCLCommunicator::world() const { return impl->host.world(); }
 void NCCLCommunicator::abort(StringRef message) {
   abandonTransfers();
   impl->host.abort(message);
+  fail(message.str()); // not reached: the host's abort does not return
 }
 
 void NCCLCommunicator::checkTransport(const std::string &what) {
@@ -255,7 +257,9 @@ void NCCLCommunicator::allReduceImpl(GroupCall group, ReduceOp op, ElementType t
   ncclComm_t comm = impl->group(group, what);
   size_t members = group.ranks.size(), position = group.position, size = sizeOf(type);
   size_t chunk = (count + members - 1) / members;
-  auto partCount = [&](size_t i) { return i * chunk >= count ? 0 : std::min(chunk, count - i * chunk); };
+  auto partCount = [&](size_t i) {
+    return i * chunk >= count ? 0 : std::min(chunk, count - i * chunk);
+  };
   char *bytes = static_cast<char *>(data);
   char *scratch = static_cast<char *>(impl->allocate(members * chunk * size, what));
   if (count) {
@@ -278,8 +282,7 @@ void NCCLCommunicator::allReduceImpl(GroupCall group, ReduceOp op, ElementType t
 }
 
 void NCCLCommunicator::reduceScatterImpl(GroupCall group, ReduceOp op, ElementType type,
-                                         const void *input, void *output,
-                                         size_t countPerMember) {
+                                         const void *input, void *output, size_t countPerMember) {
   std::string what = describe("reduce_scatter", group.ranks);
   beginCall(impl->stream, what);
   ncclComm_t comm = impl->group(group, what);

@@ -76,9 +76,7 @@ struct Layout {
   template <typename T> Matrix query(const T *base, int64_t g) const {
     return matrix(base + g * headDim, qLd, group * headDim);
   }
-  template <typename T> Matrix keyValue(const T *base) const {
-    return matrix(base, kvLd, headDim);
-  }
+  template <typename T> Matrix keyValue(const T *base) const { return matrix(base, kvLd, headDim); }
   template <typename T> Matrix square(const T *base) const { return matrix(base, seq, seq * seq); }
   Matrix scores(const float *base) const { return {base, CUDA_R_32F, seq, seq * seq}; }
   unsigned rows() const { return static_cast<unsigned>(slices * seq); }
@@ -107,8 +105,7 @@ template <typename T> struct ProbBuffer {
 
 template <typename T>
 void attentionForward(Blas &blas, T *y, const T *q, const T *k, const T *v, int64_t seq,
-                      int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
-                      bool causal) {
+                      int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim, bool causal) {
   // y = softmax(q k^T / sqrt(d) + mask) v per (batch, head)
   const char *kernel = "attentionForward";
   Layout l(seq, batch, heads, kvHeads, headDim, kernel);
@@ -145,8 +142,8 @@ void attentionBackward(Blas &blas, T *dq, T *dk, T *dv, const T *q, const T *k, 
          l.scores(dprobs.get()), l.slices, kernel);
     softmaxBackwardKernel<<<l.rows(), kBlock, 0, blas.stream()>>>(probs.data, dprobs.get(), seq);
     checkLaunch(kernel);
-    gemm(blas, false, false, seq, headDim, seq, l.scale, l.square(probs.data), l.keyValue(k),
-         0.0f, l.query(dq, g), l.slices, kernel);
+    gemm(blas, false, false, seq, headDim, seq, l.scale, l.square(probs.data), l.keyValue(k), 0.0f,
+         l.query(dq, g), l.slices, kernel);
     gemm(blas, true, false, seq, headDim, seq, l.scale, l.square(probs.data), l.query(q, g),
          accumulate, l.keyValue(dk), l.slices, kernel);
   }

@@ -49,9 +49,7 @@ template <> __device__ __forceinline__ double fromFloat<double>(float x) { retur
 template <> __device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) {
   return __float2bfloat16(x);
 }
-template <> __device__ __forceinline__ __half fromFloat<__half>(float x) {
-  return __float2half(x);
-}
+template <> __device__ __forceinline__ __half fromFloat<__half>(float x) { return __float2half(x); }
 
 template <typename T> __device__ __forceinline__ T fromDouble(double x);
 template <> __device__ __forceinline__ float fromDouble<float>(double x) {
@@ -145,8 +143,8 @@ constexpr int kColumnTile = 32, kColumnRows = 8;
 
 // partial[c, i] = sum over chunk c's rows r of value(r, i), in a fixed order.
 template <typename F>
-__global__ void columnPartialKernel(float *partial, int64_t rows, int64_t dim,
-                                    int64_t rowsPerChunk, F value) {
+__global__ void columnPartialKernel(float *partial, int64_t rows, int64_t dim, int64_t rowsPerChunk,
+                                    F value) {
   __shared__ float tile[kColumnRows][kColumnTile];
   int64_t i = blockIdx.x * int64_t(kColumnTile) + threadIdx.x, chunk = blockIdx.y;
   int64_t end = std::min(rows, (chunk + 1) * rowsPerChunk);
@@ -186,8 +184,8 @@ void columnSumAdd(T *out, int64_t rows, int64_t dim, cudaStream_t stream, const 
   Scratch<float> partial(chunks * dim, stream, kernel);
   dim3 grid(static_cast<unsigned>((dim + kColumnTile - 1) / kColumnTile),
             static_cast<unsigned>(chunks));
-  columnPartialKernel<<<grid, dim3(kColumnTile, kColumnRows), 0, stream>>>(
-      partial.get(), rows, dim, rowsPerChunk, value);
+  columnPartialKernel<<<grid, dim3(kColumnTile, kColumnRows), 0, stream>>>(partial.get(), rows, dim,
+                                                                           rowsPerChunk, value);
   checkLaunch(kernel);
   columnFinishKernel<<<blocksFor(dim), kBlock, 0, stream>>>(out, partial.get(), chunks, dim);
   checkLaunch(kernel);

@@ -35,8 +35,8 @@ void throwCallFailed(const char *call, const std::string &context, const std::st
   std::string where = currentScope.empty() ? "" : " (" + currentScope + ")";
   std::string base = file;
   base = base.substr(base.find_last_of('/') + 1);
-  throw CudaError(std::string(call) + " failed in " + context + where + ": " + error + " [" +
-                  base + ":" + std::to_string(line) + "]");
+  throw CudaError(std::string(call) + " failed in " + context + where + ": " + error + " [" + base +
+                  ":" + std::to_string(line) + "]");
 }
 
 bool cudaDeviceAvailable(std::string *why) {
@@ -80,11 +80,11 @@ Blas::Blas(cudaStream_t stream) : stream_(stream) {
     PARC_CUDA_CHECK(cublasSetWorkspace(handle, workspace, kBlasWorkspaceBytes),
                     "the cuBLAS workspace");
     // fp32 accumulation all the way: no split-K partial sums rounded to bf16/fp16.
-    PARC_CUDA_CHECK(cublasSetMathMode(handle,
-                                      static_cast<cublasMath_t>(
-                                          CUBLAS_DEFAULT_MATH |
-                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
-                    "the cuBLAS math mode");
+    PARC_CUDA_CHECK(
+        cublasSetMathMode(
+            handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                              CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+        "the cuBLAS math mode");
   } catch (...) {
     cublasDestroy(handle);
     cudaFree(workspace);

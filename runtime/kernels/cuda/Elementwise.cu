@@ -55,8 +55,8 @@ template <typename T>
 void rotateHalves(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
                   double theta, double direction, cudaStream_t stream, const char *kernel) {
   if (headDim % 2 != 0)
-    throwCallFailed(kernel, "argument check", "rotary embedding needs an even head size",
-                    __FILE__, __LINE__);
+    throwCallFailed(kernel, "argument check", "rotary embedding needs an even head size", __FILE__,
+                    __LINE__);
   int64_t half = headDim / 2, perPosition = batch * heads * half;
   forEach(seq * perPosition, stream, kernel, [=] __device__(int64_t p) {
     int64_t t = p / perPosition, j = p % half, base = (p / half) * headDim;
@@ -72,8 +72,7 @@ void rotateHalves(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, i
 
 template <typename T>
 void embeddingForward(T *y, const int64_t *ids, const T *weight, int64_t seq, int64_t batch,
-                      int64_t hidden, int64_t vocabOffset, int64_t localRows,
-                      cudaStream_t stream) {
+                      int64_t hidden, int64_t vocabOffset, int64_t localRows, cudaStream_t stream) {
   // y[t,b,:] = weight[ids[b,t] - vocabOffset], or 0 outside this shard's rows
   forEach(seq * batch * hidden, stream, "embeddingForward", [=] __device__(int64_t e) {
     int64_t token = e / hidden, t = token / batch, b = token % batch;
@@ -90,8 +89,7 @@ void embeddingBackward(T *dweight, const int64_t *ids, const T *dy, int64_t seq,
   if (hidden <= 0)
     return;
   embeddingBackwardKernel<<<static_cast<unsigned>((hidden + kBlock - 1) / kBlock), kBlock, 0,
-                            stream>>>(dweight, ids, dy, seq, batch, hidden, vocabOffset,
-                                      localRows);
+                            stream>>>(dweight, ids, dy, seq, batch, hidden, vocabOffset, localRows);
   checkLaunch("embeddingBackward");
 }
 
@@ -129,8 +127,7 @@ void biasAddForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim,
 }
 
 template <typename T>
-void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim,
-                     cudaStream_t stream) {
+void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim, cudaStream_t stream) {
   // dbias += sum_r dy[r,:]; dx = dy
   columnSumAdd(dbias, rows, dim, stream, "biasAddBackward",
                [=] __device__(int64_t r, int64_t i) { return toFloat(dy[r * dim + i]); });
@@ -140,9 +137,8 @@ void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim,
 template <typename T>
 void residualAddForward(T *y, const T *a, const T *b, int64_t n, cudaStream_t stream) {
   // y = a + b
-  forEach(n, stream, "residualAddForward", [=] __device__(int64_t e) {
-    y[e] = fromFloat<T>(toFloat(a[e]) + toFloat(b[e]));
-  });
+  forEach(n, stream, "residualAddForward",
+          [=] __device__(int64_t e) { y[e] = fromFloat<T>(toFloat(a[e]) + toFloat(b[e])); });
 }
 
 template <typename T>

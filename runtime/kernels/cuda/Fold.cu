@@ -20,12 +20,8 @@ namespace {
 
 constexpr size_t kFanIn = 32;
 
-template <typename T> struct Accumulator {
-  using type = float;
-};
-template <> struct Accumulator<double> {
-  using type = double;
-};
+template <typename T> struct Accumulator { using type = float; };
+template <> struct Accumulator<double> { using type = double; };
 
 template <typename T> struct FoldArgs {
   const T *inputs[kFanIn];

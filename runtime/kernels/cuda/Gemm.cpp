@@ -46,9 +46,9 @@ void gemm(Blas &blas, bool transA, bool transB, int64_t m, int64_t n, int64_t k,
   }
   PARC_CUDA_CHECK(cublasGemmStridedBatchedEx(
                       blas.handle(), blasOp(transB), blasOp(transA), cols, rows, inner, &alpha,
-                      b.data, b.type, ldb, b.batchStride, a.data, a.type, lda, a.batchStride,
-                      &beta, const_cast<void *>(c.data), c.type, ldc, c.batchStride,
-                      blasSize(batch, what), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                      b.data, b.type, ldb, b.batchStride, a.data, a.type, lda, a.batchStride, &beta,
+                      const_cast<void *>(c.data), c.type, ldc, c.batchStride, blasSize(batch, what),
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                   what);
 }
 
@@ -74,20 +74,20 @@ void matmulBackward(Blas &blas, T *da, T *db, const T *a, const T *b, const T *d
   if (da) {
     float beta = daWrite == GradWrite::Add ? 1.0f : 0.0f;
     if (!transA) // da[m,k] = dc op(b)^T
-      gemm(blas, false, !transB, m, k, n, 1.0f, matrix(dc, n), matrix(b, ldb), beta,
-           matrix(da, k), 1, "matmulBackward (da)");
-    else // da[k,m] = op(b) dc^T
-      gemm(blas, transB, true, k, m, n, 1.0f, matrix(b, ldb), matrix(dc, n), beta, matrix(da, m),
+      gemm(blas, false, !transB, m, k, n, 1.0f, matrix(dc, n), matrix(b, ldb), beta, matrix(da, k),
            1, "matmulBackward (da)");
+    else // da[k,m] = op(b) dc^T
+      gemm(blas, transB, true, k, m, n, 1.0f, matrix(b, ldb), matrix(dc, n), beta, matrix(da, m), 1,
+           "matmulBackward (da)");
   }
   if (db) {
     float beta = dbWrite == GradWrite::Add ? 1.0f : 0.0f;
     if (!transB) // db[k,n] = op(a)^T dc
-      gemm(blas, !transA, false, k, n, m, 1.0f, matrix(a, lda), matrix(dc, n), beta,
-           matrix(db, n), 1, "matmulBackward (db)");
-    else // db[n,k] = dc^T op(a)
-      gemm(blas, true, transA, n, k, m, 1.0f, matrix(dc, n), matrix(a, lda), beta, matrix(db, k),
+      gemm(blas, !transA, false, k, n, m, 1.0f, matrix(a, lda), matrix(dc, n), beta, matrix(db, n),
            1, "matmulBackward (db)");
+    else // db[n,k] = dc^T op(a)
+      gemm(blas, true, transA, n, k, m, 1.0f, matrix(dc, n), matrix(a, lda), beta, matrix(db, k), 1,
+           "matmulBackward (db)");
   }
 }
 

@@ -19,9 +19,7 @@ namespace parc::runtime::cuda::detail {
 
 template <typename T> struct DataType;
 template <> struct DataType<float> { static constexpr cudaDataType_t value = CUDA_R_32F; };
-template <> struct DataType<__nv_bfloat16> {
-  static constexpr cudaDataType_t value = CUDA_R_16BF;
-};
+template <> struct DataType<__nv_bfloat16> { static constexpr cudaDataType_t value = CUDA_R_16BF; };
 template <> struct DataType<__half> { static constexpr cudaDataType_t value = CUDA_R_16F; };
 
 /// One operand of a (batched) GEMM: its data, type, leading dimension and the distance

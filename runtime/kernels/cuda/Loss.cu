@@ -80,7 +80,7 @@ void crossEntropySumExp(float *rowSum, const T *logits, const float *rowMax, int
   if (rows <= 0)
     return;
   sumExpKernel<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(rowSum, logits, rowMax,
-                                                                    localVocab);
+                                                                   localVocab);
   checkLaunch("crossEntropySumExp");
 }
 
@@ -103,10 +103,9 @@ void crossEntropyLoss(float *loss, const float *rowMax, const float *rowSum, con
 }
 
 template <typename T>
-void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels,
-                          const float *rowMax, const float *rowSum, float dloss, int64_t seq,
-                          int64_t batch, int64_t localVocab, int64_t vocabOffset,
-                          cudaStream_t stream) {
+void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const float *rowMax,
+                          const float *rowSum, float dloss, int64_t seq, int64_t batch,
+                          int64_t localVocab, int64_t vocabOffset, cudaStream_t stream) {
   // dlogits = (softmax - onehot(label)) * dloss / (seq * batch)
   float perToken = static_cast<float>(double(dloss) / double(seq * batch));
   forEach(seq * batch * localVocab, stream, "crossEntropyBackward", [=] __device__(int64_t e) {

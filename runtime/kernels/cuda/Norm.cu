@@ -57,6 +57,7 @@ __global__ void normForwardKernel(T *y, T *sum, const T *a, const T *b, const T 
   }
 }
 
+// stats[r] = (mean, rstd) of row r
 template <typename T>
 __global__ void normStatsKernel(RowStats *stats, const T *x, int64_t dim, float eps,
                                 bool centered) {
@@ -87,9 +88,8 @@ __global__ void normBackwardKernel(T *dx, const T *x, const T *weight, const T *
 }
 
 template <typename T>
-void normForward(T *y, T *sum, const T *a, const T *b, const T *weight, const T *bias,
-                 int64_t rows, int64_t dim, double eps, bool centered, cudaStream_t stream,
-                 const char *kernel) {
+void normForward(T *y, T *sum, const T *a, const T *b, const T *weight, const T *bias, int64_t rows,
+                 int64_t dim, double eps, bool centered, cudaStream_t stream, const char *kernel) {
   if (rows <= 0 || dim <= 0)
     return;
   normForwardKernel<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(
@@ -156,12 +156,10 @@ void rmsNormBackward(T *dx, T *dweight, const T *x, const T *weight, const T *dy
 }
 
 template <typename T>
-void residualLayerNormForward(T *sum, T *y, const T *a, const T *b, const T *weight,
-                              const T *bias, int64_t rows, int64_t dim, double eps,
-                              cudaStream_t stream) {
+void residualLayerNormForward(T *sum, T *y, const T *a, const T *b, const T *weight, const T *bias,
+                              int64_t rows, int64_t dim, double eps, cudaStream_t stream) {
   // sum = a + b; y = layernorm(sum)
-  normForward(y, sum, a, b, weight, bias, rows, dim, eps, true, stream,
-              "residualLayerNormForward");
+  normForward(y, sum, a, b, weight, bias, rows, dim, eps, true, stream, "residualLayerNormForward");
 }
 
 template <typename T>

@@ -17,8 +17,7 @@ using namespace detail;
 namespace {
 
 // partial[block] = sum of x^2 over the block's grid-stride elements
-template <typename T>
-__global__ void squaredPartialKernel(double *partial, const T *x, int64_t n) {
+template <typename T> __global__ void squaredPartialKernel(double *partial, const T *x, int64_t n) {
   double sum = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -75,8 +74,7 @@ void sgdStep(T *param, const T *grad, T *momentumBuffer, int64_t n, const SGDCon
   });
 }
 
-template <typename T>
-void squaredSum(double *sum, const T *x, int64_t n, cudaStream_t stream) {
+template <typename T> void squaredSum(double *sum, const T *x, int64_t n, cudaStream_t stream) {
   // *sum += sum x^2
   if (n <= 0)
     return;
@@ -97,8 +95,7 @@ template <typename T> void scale(T *x, int64_t n, double factor, cudaStream_t st
 template <typename To, typename From>
 void convert(To *y, const From *x, int64_t n, cudaStream_t stream) {
   // y = round_To(x)
-  forEach(n, stream, "convert",
-          [=] __device__(int64_t i) { y[i] = fromFloat<To>(toFloat(x[i])); });
+  forEach(n, stream, "convert", [=] __device__(int64_t i) { y[i] = fromFloat<To>(toFloat(x[i])); });
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \

@@ -77,8 +77,7 @@ void embeddingForward(T *y, const int64_t *ids, const T *weight, int64_t seq, in
 /// dweight[ids[b,t] - vocabOffset] += dy[t,b,:], tokens in (t, b) order.
 template <typename T>
 void embeddingBackward(T *dweight, const int64_t *ids, const T *dy, int64_t seq, int64_t batch,
-                       int64_t hidden, int64_t vocabOffset, int64_t localRows,
-                       cudaStream_t stream);
+                       int64_t hidden, int64_t vocabOffset, int64_t localRows, cudaStream_t stream);
 
 /// y[t,b,:] = x[t,b,:] + weight[t,:].
 template <typename T>
@@ -110,9 +109,8 @@ void rmsNormBackward(T *dx, T *dweight, const T *x, const T *weight, const T *dy
 /// Fused residual_add + layernorm: sum = a + b, y = layernorm(sum). Reads a and b once
 /// instead of writing sum and reading it back.
 template <typename T>
-void residualLayerNormForward(T *sum, T *y, const T *a, const T *b, const T *weight,
-                              const T *bias, int64_t rows, int64_t dim, double eps,
-                              cudaStream_t stream);
+void residualLayerNormForward(T *sum, T *y, const T *a, const T *b, const T *weight, const T *bias,
+                              int64_t rows, int64_t dim, double eps, cudaStream_t stream);
 /// Fused residual_add + rmsnorm: sum = a + b, y = rmsnorm(sum).
 template <typename T>
 void residualRmsNormForward(T *sum, T *y, const T *a, const T *b, const T *weight, int64_t rows,
@@ -135,8 +133,7 @@ template <typename T>
 void biasAddForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim,
                     cudaStream_t stream);
 template <typename T>
-void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim,
-                     cudaStream_t stream);
+void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim, cudaStream_t stream);
 
 template <typename T>
 void residualAddForward(T *y, const T *a, const T *b, int64_t n, cudaStream_t stream);
@@ -208,10 +205,9 @@ void crossEntropyTargetLogit(float *target, const T *logits, const int64_t *labe
 void crossEntropyLoss(float *loss, const float *rowMax, const float *rowSum, const float *target,
                       int64_t rows, cudaStream_t stream);
 template <typename T>
-void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels,
-                          const float *rowMax, const float *rowSum, float dloss, int64_t seq,
-                          int64_t batch, int64_t localVocab, int64_t vocabOffset,
-                          cudaStream_t stream);
+void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const float *rowMax,
+                          const float *rowSum, float dloss, int64_t seq, int64_t batch,
+                          int64_t localVocab, int64_t vocabOffset, cudaStream_t stream);
 
 //===----------------------------------------------------------------------===//
 // Optimizer and mixed precision
@@ -225,8 +221,7 @@ void sgdStep(T *param, const T *grad, T *momentumBuffer, int64_t n, const SGDCon
              cudaStream_t stream);
 
 /// *sum += sum x^2, accumulated in fp64; sum is a device scalar.
-template <typename T>
-void squaredSum(double *sum, const T *x, int64_t n, cudaStream_t stream);
+template <typename T> void squaredSum(double *sum, const T *x, int64_t n, cudaStream_t stream);
 /// x *= factor.
 template <typename T> void scale(T *x, int64_t n, double factor, cudaStream_t stream);
 
