@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Equivalence sweep: every mapping of a small GPT must train exactly as one rank does.
+
+    sweep.py BIN_DIR [--mpirun LAUNCHER...] [--jobs N] [--only SUBSTRING] [--keep DIR]
+             [--loss-rtol-fp64 R] [--weight-rtol-fp64 T]
+
+One `.par` template, instantiated per case: the model (4 transformer blocks, 8 where
+interleaved over pp 4 needs 2 chunks of a block per stage; hidden 64, 4 heads, optionally 2 kv
+heads; vocab 512 so that the padded vocabulary is 512 at tp 1, 2 and 4; seq 32) and its training
+settings never change, only the `parallel for` block and the cluster size do. Each case is
+planned with `parc`, trained 3 steps with `parrun --dump-weights`, and compared with the
+single-rank run of the same model and precision: every step's loss to a relative R, every
+gathered parameter to T of its scale (max|a - b| / max(max|a|, 1e-3), see compare.py), and every
+replicated copy bit-identical.
+
+Cases (world = tp * pp * dp <= 8, tp in {1,2,4}, pp in {1,2,4}, dp in {1,2}):
+  - every mapping under every schedule (interleaved only where pp > 1), fp64, --comm=local;
+  - zero 0-3 x recompute none/selective/full x sequence parallel off/on on tp 2 pp 2 dp 2,
+    cycling the three schedules;
+  - kv_heads 2 under every mapping;
+  - ZeRO, recompute and sequence parallelism on the other mappings with tp > 1 and dp > 1;
+  - a subset in fp32 (tolerance 1e-5);
+  - with --mpirun, a subset as one process per rank under the launcher (--comm=mpi).
+
+Prints one row per case and `N passed, M failed`; exits 1 when any case fails.
+"""
+import argparse
+import concurrent.futures
+import itertools
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+MODEL = """\
+model small {{
+  dtype  = fp32
+  vocab  = 512
+  seq    = 32
+  hidden = 64
+  heads  = 4
+{kv_line}  ffn    = 4 * hidden
+
+  layer embed : embedding
+  layer block : transformer x {blocks}
+  layer head  : lm_head tied(embed)
+}}
+
+train {{
+  optimizer    = adam
+  eps          = {eps}
+  lr           = 1e-2
+  weight_decay = 0.1
+  warmup_steps = 2
+  steps        = 3
+  seed         = 7
+}}
+
+cluster box {{
+  nodes         = 1
+  gpus_per_node = {world}
+  gpu {{ memory = 2 GiB; flops = 50 GFLOPS }}
+  intra_node {{ bandwidth = 10 GB/s; latency = 2 us }}
+}}
+
+parallel for small on box {{
+  tp = {tp}
+  pp = {pp}
+  dp = {dp}
+  micro_batch       = 1
+  global_batch      = 8
+  schedule          = {schedule_text}
+  zero              = {zero}
+  recompute         = {recompute}
+  sequence_parallel = {sp}
+}}
+"""
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+MAPPINGS = [(tp, pp, dp) for tp in (1, 2, 4) for pp in (1, 2, 4) for dp in (1, 2)
+            if tp * pp * dp <= 8]
+TOLERANCE = {"fp64": (1e-10, 1e-10), "fp32": (1e-5, 1e-5)}
+# Adam moves an element by lr * g / (sqrt(v) + eps): where the gradient is at rounding level
+# (a key bias's is zero analytically) any rounding difference becomes a step of up to lr. fp64
+# rounding is small enough for the usual eps; fp32 needs eps 1e-3 (an element moves at most
+# lr / eps = 10 times its gradient's rounding error) to meet 1e-5.
+ADAM_EPS = {"fp64": "1e-8", "fp32": "1e-3"}
+
+
+class Case:
+    def __init__(self, tp, pp, dp, schedule, zero=0, recompute="none", sp=False, kv_heads=4,
+                 precision="fp64", comm="local"):
+        self.tp, self.pp, self.dp = tp, pp, dp
+        self.schedule, self.zero, self.recompute, self.sp = schedule, zero, recompute, sp
+        self.kv_heads, self.precision, self.comm = kv_heads, precision, comm
+        # Interleaving 2 chunks over pp 4 needs 8 blocks; the reference then has 8 as well.
+        self.blocks = 8 if schedule == "interleaved" and pp == 4 else 4
+
+    @property
+    def world(self):
+        return self.tp * self.pp * self.dp
+
+    def model_key(self):
+        return (self.blocks, self.kv_heads, self.precision)
+
+    def name(self):
+        parts = [f"tp{self.tp} pp{self.pp} dp{self.dp} {self.schedule}"]
+        if self.zero:
+            parts.append(f"zero{self.zero}")
+        if self.recompute != "none":
+            parts.append(f"rc-{self.recompute}")
+        if self.sp:
+            parts.append("sp")
+        if self.kv_heads != 4:
+            parts.append(f"kv{self.kv_heads}")
+        if self.blocks != 4:
+            parts.append(f"{self.blocks}blk")
+        parts.append(self.precision)
+        if self.comm != "local":
+            parts.append(self.comm)
+        return " ".join(parts)
+
+    def par_text(self):
+        schedule_text = "interleaved(chunks = 2)" if self.schedule == "interleaved" else self.schedule
+        return MODEL.format(eps=ADAM_EPS[self.precision], kv_line=f"  kv_heads = {self.kv_heads}\n" if self.kv_heads != 4 else "",
+                            blocks=self.blocks, world=self.world, tp=self.tp, pp=self.pp,
+                            dp=self.dp, schedule_text=schedule_text, zero=self.zero,
+                            recompute=self.recompute, sp="true" if self.sp else "false")
+
+
+def build_cases(with_mpi):
+    cases = []
+    for (tp, pp, dp), schedule in itertools.product(MAPPINGS, SCHEDULES):
+        if schedule == "interleaved" and pp == 1:
+            continue
+        cases.append(Case(tp, pp, dp, schedule))
+    for i, (zero, recompute, sp) in enumerate(
+            itertools.product(range(4), ("none", "selective", "full"), (False, True))):
+        if (zero, recompute, sp) == (0, "none", False):
+            continue
+        cases.append(Case(2, 2, 2, SCHEDULES[i % 3], zero, recompute, sp))
+    for i, (tp, pp, dp) in enumerate(MAPPINGS):
+        cases.append(Case(tp, pp, dp, "1f1b" if pp == 1 else SCHEDULES[1 + i % 2], kv_heads=2))
+    # The features again where the mapping differs: tp 4 for sequence parallelism, pp 4 and
+    # gpipe for recompute, dp 2 beside other tp/pp for every ZeRO stage.
+    cases += [
+        Case(4, 2, 1, "1f1b", 0, "selective", True),
+        Case(4, 1, 2, "gpipe", 3, "full", True),
+        Case(2, 4, 1, "interleaved", 0, "full", True),
+        Case(2, 1, 2, "1f1b", 2, "selective", True, kv_heads=2),
+        Case(1, 4, 2, "gpipe", 1, "full"),
+        Case(1, 2, 2, "interleaved", 3, "selective"),
+        Case(1, 1, 2, "1f1b", 2, "none"),
+    ]
+    # fp32: the arithmetic is the same, only rounding differs.
+    cases += [
+        Case(2, 2, 2, "1f1b", precision="fp32"),
+        Case(2, 2, 2, "interleaved", 3, "selective", True, precision="fp32"),
+        Case(4, 2, 1, "gpipe", 0, "full", True, precision="fp32"),
+        Case(1, 4, 2, "interleaved", 1, "none", precision="fp32"),
+        Case(4, 1, 2, "1f1b", 2, "selective", True, kv_heads=2, precision="fp32"),
+        Case(2, 4, 1, "1f1b", 0, "none", precision="fp32"),
+    ]
+    if with_mpi:
+        cases += [
+            Case(2, 2, 2, "interleaved", 3, "selective", True, comm="mpi"),
+            Case(2, 2, 2, "1f1b", 1, "full", kv_heads=2, comm="mpi"),
+            Case(4, 1, 2, "gpipe", 2, "none", True, comm="mpi"),
+            Case(1, 4, 1, "1f1b", comm="mpi"),
+        ]
+    return cases
+
+
+def run(command, log):
+    with open(log, "w") as out:
+        return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode
+
+
+def train(case, directory, bin_dir, mpirun):
+    """Plans and trains CASE in DIRECTORY; returns (weights file, error or None)."""
+    os.makedirs(directory, exist_ok=True)
+    par = os.path.join(directory, "job.par")
+    with open(par, "w") as f:
+        f.write(case.par_text())
+    plans, weights = os.path.join(directory, "plans"), os.path.join(directory, "weights.json")
+    log = os.path.join(directory, "run.log")
+    if run([os.path.join(bin_dir, "parc"), par, "-o", plans], os.path.join(directory, "parc.log")):
+        return weights, "parc failed (see parc.log)"
+    parrun = [os.path.join(bin_dir, "parrun"), plans, f"--precision={case.precision}",
+              f"--comm={case.comm}", "--timeout", "60", "--dump-weights", weights]
+    if case.comm == "mpi":
+        parrun = mpirun + ["-np", str(case.world)] + parrun
+    if run(parrun, log):
+        with open(log) as f:
+            tail = f.read().strip().splitlines()[-1:] or ["no output"]
+        return weights, f"parrun failed: {tail[0]}"
+    return weights, None
+
+
+def compare(ref_path, other_path, loss_rtol, weight_rtol):
+    """Returns (max loss rel diff, max weight rel diff, list of problems)."""
+    with open(ref_path) as f:
+        ref = json.load(f)
+    with open(other_path) as f:
+        other = json.load(f)
+    problems = []
+    for label, dump in (("reference", ref), ("run", other)):
+        if dump["max_replica_difference"] != 0:
+            problems.append(f"replicas differ in {label} by {dump['max_replica_difference']:.2e}")
+    if len(ref["losses"]) != len(other["losses"]):
+        return math.inf, math.inf, problems + ["step counts differ"]
+    loss_diff = 0.0
+    for a, b in zip(ref["losses"], other["losses"]):
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return math.inf, math.inf, problems + ["non-finite loss"]
+        loss_diff = max(loss_diff, abs(a - b) / max(abs(a), 1e-300))
+    if set(ref["params"]) != set(other["params"]):
+        return loss_diff, math.inf, problems + ["parameter names differ"]
+    weight_diff, worst = 0.0, ""
+    for name, a in ref["params"].items():
+        b = other["params"][name]
+        if a["shape"] != b["shape"]:
+            return loss_diff, math.inf, problems + [f"{name}: shape differs"]
+        scale = max(max(abs(x) for x in a["data"]), 1e-3)
+        diff = max(abs(x - y) for x, y in zip(a["data"], b["data"])) / scale
+        if diff > weight_diff:
+            weight_diff, worst = diff, name
+    if not loss_diff <= loss_rtol:
+        problems.append(f"loss differs by {loss_diff:.2e} > {loss_rtol:g}")
+    if not weight_diff <= weight_rtol:
+        problems.append(f"{worst} differs by {weight_diff:.2e} of its scale > {weight_rtol:g}")
+    return loss_diff, weight_diff, problems
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bin_dir")
+    parser.add_argument("--mpirun", nargs=argparse.REMAINDER, default=[],
+                        help="launcher and its options (without -np); the rest of the line")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", default="", help="run the cases whose name contains this")
+    parser.add_argument("--keep", help="write the cases' files here and keep them")
+    parser.add_argument("--loss-rtol-fp64", type=float, default=TOLERANCE["fp64"][0])
+    parser.add_argument("--weight-rtol-fp64", type=float, default=TOLERANCE["fp64"][1])
+    args = parser.parse_args()
+    tolerance = dict(TOLERANCE, fp64=(args.loss_rtol_fp64, args.weight_rtol_fp64))
+
+    cases = [c for c in build_cases(bool(args.mpirun)) if args.only in c.name()]
+    work = args.keep or tempfile.mkdtemp(prefix="parc-sweep-")
+    started = time.monotonic()
+    references = {}
+    for case in cases:
+        references.setdefault(case.model_key(), Case(1, 1, 1, "1f1b", kv_heads=case.kv_heads,
+                                                      precision=case.precision))
+        references[case.model_key()].blocks = case.blocks
+
+    def job(index_and_case):
+        index, case = index_and_case
+        return train(case, os.path.join(work, f"case-{index:03d}"), args.bin_dir, args.mpirun)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        ref_files = dict(zip(references, pool.map(
+            job, ((1000 + i, r) for i, r in enumerate(references.values())))))
+        broken = {k: err for k, (_, err) in ref_files.items() if err}
+        results = list(pool.map(job, enumerate(cases)))
+
+    passed = failed = 0
+    print(f"{'mapping':<56} {'loss rel diff':>14} {'weight rel diff':>16}  result")
+    for case, (weights, error) in zip(cases, results):
+        loss_rtol, weight_rtol = tolerance[case.precision]
+        key = case.model_key()
+        if key in broken:
+            error = f"reference run failed: {broken[key]}"
+        if error:
+            loss_diff, weight_diff, problems = math.inf, math.inf, [error]
+        else:
+            loss_diff, weight_diff, problems = compare(ref_files[key][0], weights, loss_rtol,
+                                                       weight_rtol)
+        ok = not problems
+        passed += ok
+        failed += not ok
+        print(f"{case.name():<56} {loss_diff:>14.2e} {weight_diff:>16.2e}  "
+              f"{'ok' if ok else 'FAIL: ' + '; '.join(problems)}")
+    print(f"tolerances: fp64 loss {tolerance['fp64'][0]:g} weights {tolerance['fp64'][1]:g}, "
+          f"fp32 loss {tolerance['fp32'][0]:g} weights {tolerance['fp32'][1]:g} "
+          f"(relative to each tensor's scale); {len(references)} single-rank references; "
+          f"{time.monotonic() - started:.0f} s")
+    print(f"{passed} passed, {failed} failed")
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
