@@ -1,7 +1,7 @@
 #!/bin/sh
 # parrun under mpirun (one process per rank) must train exactly as the local run: the
 # tp 2, pp 2, dp 2 plan in fp64 against the single-rank reference, and a wrong -np must fail
-# every rank with the world-size message. Run by ctest (parrun_mpi), which passes the tools and
+# every rank with the world-size message, and a rank killed mid-run must end the job. Run by ctest (parrun_mpi), which passes the tools and
 # the launcher: mpi-equivalence.sh BIN_DIR -- MPIRUN [ARGS...] (without -np).
 set -eu
 bin=$1
@@ -24,4 +24,21 @@ if "$@" -np 4 "$bin/parrun" "$work/3d" --comm=mpi > "$work/wrong.log" 2>&1; then
   exit 1
 fi
 grep -q "are for 8 ranks but this job has 4" "$work/wrong.log"
+
+# A rank killed mid-run ends the whole job with an error within seconds, never a hang (the
+# --timeout of the others is the backstop; the launcher normally notices first).
+"$@" -np 8 "$bin/parrun" "$work/3d" --comm=mpi --steps 1000000 --timeout 30 \
+  > "$work/killed.log" 2>&1 &
+launcher=$!
+sleep 3
+victim=$(pgrep -P "$launcher" -x parrun | tail -n 1)
+[ -n "$victim" ] || { echo "no parrun process to kill" >&2; exit 1; }
+started=$(date +%s)
+kill -9 "$victim"
+if wait "$launcher"; then
+  echo "the job exited 0 after one of its ranks was killed" >&2
+  exit 1
+fi
+elapsed=$(( $(date +%s) - started ))
+[ "$elapsed" -le 40 ] || { echo "the job took ${elapsed} s to end after a rank died" >&2; exit 1; }
 echo "mpi runs match the local reference"
