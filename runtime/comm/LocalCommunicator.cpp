@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "parc/Runtime/Communicator.h"
+#include "Deadline.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/Twine.h"
@@ -32,7 +33,9 @@ namespace parc::runtime {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using comm::Clock;
+using comm::deadlineAfter;
+using comm::formatSeconds;
 
 enum class CollectiveKind { AllReduce, ReduceScatter, AllGather, Barrier, Agree };
 
@@ -90,18 +93,7 @@ struct Message {
   std::vector<char> bytes;
 };
 
-std::string formatSeconds(double seconds) {
-  std::string text;
-  llvm::raw_string_ostream(text) << llvm::format("%g s", seconds);
-  return text;
-}
 
-Clock::time_point deadlineAfter(double seconds) {
-  // Anything beyond a year is "no deadline" and must not overflow the clock.
-  double clamped = std::min(std::max(seconds, 0.0), 365.0 * 24 * 3600);
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(clamped));
-}
 
 } // namespace
 

@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "parc/Runtime/Communicator.h"
+#include "Deadline.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/Twine.h"
@@ -48,19 +49,11 @@ namespace parc::runtime {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using comm::Clock;
+using comm::deadlineAfter;
+using comm::formatSeconds;
 
-std::string formatSeconds(double seconds) {
-  std::string text;
-  llvm::raw_string_ostream(text) << llvm::format("%g s", seconds);
-  return text;
-}
 
-Clock::time_point deadlineAfter(double seconds) {
-  double clamped = std::min(std::max(seconds, 0.0), 365.0 * 24 * 3600);
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(clamped));
-}
 
 MPI_Datatype mpiType(ElementType type) { return type == ElementType::F32 ? MPI_FLOAT : MPI_DOUBLE; }
 
