@@ -193,6 +193,11 @@ llvm::Expected<int64_t> planWorldSize(llvm::StringRef planDir) {
 }
 
 RankSummary runRank(Communicator &comm, const RunOptions &options, llvm::raw_ostream &out) {
+  // Each rank checks its own device: under MPI the ranks may sit on different machines, and a
+  // rank that cannot run must end the job before its peers wait for it.
+  std::string unavailable = backendUnavailable(options.backend);
+  if (!unavailable.empty())
+    throw std::runtime_error(unavailable);
   LoadedJob job = loadAndAgree(comm, options);
   if (reportsLoss(job.plan)) {
     out << describeJob(job.plan, options, job.data, options.steps.value_or(job.plan.train.steps));

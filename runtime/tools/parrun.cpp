@@ -1,7 +1,7 @@
 //===- parrun.cpp - Execute the rank plans parc wrote ---------------------===//
 //
 //   parrun PLANS_DIR [--steps N] [--data FILE] [--comm=local|mpi] [--precision=fp32|fp64]
-//          [--log-every K] [--timeout SECONDS] [--dump-weights FILE]
+//          [--backend=cpu|cuda] [--log-every K] [--timeout SECONDS] [--dump-weights FILE]
 //
 // --comm=local (the default outside mpirun) runs every rank as a thread of this process;
 // --comm=mpi (the default when launched by mpirun) makes this process the rank MPI gives it:
@@ -45,6 +45,12 @@ cl::opt<parc::runtime::Precision>
               cl::values(clEnumValN(parc::runtime::Precision::FP32, "fp32", "float (default)"),
                          clEnumValN(parc::runtime::Precision::FP64, "fp64", "double")),
               cl::cat(parrunCategory));
+cl::opt<parc::runtime::Backend> backend(
+    "backend", cl::desc("Where the ops run"), cl::init(parc::runtime::Backend::CPU),
+    cl::values(clEnumValN(parc::runtime::Backend::CPU, "cpu", "OpenBLAS kernels (default)"),
+               clEnumValN(parc::runtime::Backend::CUDA, "cuda",
+                          "CUDA kernels; not implemented yet: fails, naming why")),
+    cl::cat(parrunCategory));
 cl::opt<int64_t> logEvery("log-every", cl::desc("Print every K-th step (and the last)"),
                           cl::value_desc("K"), cl::init(1), cl::cat(parrunCategory));
 cl::opt<double> timeoutSeconds("timeout",
@@ -83,6 +89,7 @@ int main(int argc, char **argv) {
     options.steps = steps;
   options.dataPath = dataPath;
   options.precision = precision;
+  options.backend = backend;
   options.logEvery = logEvery;
   options.timeoutSeconds = timeoutSeconds;
   options.dumpWeightsPath = dumpWeights;

@@ -15,3 +15,25 @@ config.environment["PATH"] = os.pathsep.join(
     [config.parc_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
 config.substitutions.append(("%examples", os.path.join(config.parc_src_root, "examples")))
 config.substitutions.append(("%spec", os.path.join(config.parc_src_root, "..", "shared", "spec", "examples")))
+
+# GPU-dependent runtime tests: `cuda-backend` when parrun was built with the CUDA kernels (nvcc
+# found), `cuda-device` when `nvidia-smi -L` lists a GPU. parrun --backend=cuda fails
+# differently in each case, and each test names the case it expects.
+import shutil
+import subprocess
+
+
+def lists_a_gpu():
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return listing.returncode == 0 and "GPU" in listing.stdout
+
+
+if lists_a_gpu():
+    config.available_features.add("cuda-device")
+if getattr(config, "parc_cuda_backend", "OFF") == "ON":
+    config.available_features.add("cuda-backend")

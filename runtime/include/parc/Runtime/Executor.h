@@ -32,11 +32,17 @@ public:
 
 enum class Precision { FP32, FP64 };
 
+/// Where the ops run. Only the CPU executes plans today; CUDA is accepted so that a run asking
+/// for it fails plainly (no device, not built, or not implemented yet) instead of silently
+/// running on the CPU.
+enum class Backend { CPU, CUDA };
+
 struct RunOptions {
   std::string planDir;
   std::optional<int64_t> steps; // default: the plan's train.steps
   std::string dataPath;         // empty: synthetic tokens
   Precision precision = Precision::FP32;
+  Backend backend = Backend::CPU;
   int64_t logEvery = 1;
   double timeoutSeconds = 300;
   std::string dumpWeightsPath; // empty: no dump
@@ -46,6 +52,10 @@ struct RunOptions {
 struct RankSummary {
   std::vector<double> losses, gradNorms; // per step, identical on every rank
 };
+
+/// Empty when this rank can execute on `backend`; otherwise why it cannot and what to use
+/// instead. runRank checks it first, before the rank reads its plan or the data.
+std::string backendUnavailable(Backend backend);
 
 /// Runs one rank on `comm` to the end. Step lines and the memory report go to `out` from the
 /// ranks that own them. Throws AgreedError, CommError or std::runtime_error.
