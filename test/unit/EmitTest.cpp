@@ -1,3 +1,4 @@
+#include "TestModels.h"
 #include "parc/Cost/CostModel.h"
 #include "parc/Emit/PipelineSVG.h"
 #include "parc/Emit/PlanDirectory.h"
@@ -25,15 +26,7 @@ namespace path = llvm::sys::path;
 
 namespace {
 
-PipelineConfig makeConfig(ScheduleKind kind, int64_t stages, int64_t microbatches,
-                          int64_t chunks = 1) {
-  PipelineConfig config;
-  config.kind = kind;
-  config.stages = stages;
-  config.microbatches = microbatches;
-  config.chunks = chunks;
-  return config;
-}
+using test::makeConfig;
 
 //===--- Per-instruction times of the schedule verifier --------------------===//
 
@@ -108,22 +101,8 @@ TEST(ScheduleTimings, PerVirtualStageCosts) {
 /// 8 blocks on 2 nodes x 4 GPUs: tp 2, pp 2 (across nodes with tp-dp-pp), dp 2, 4 microbatches.
 Program smallProgram(ScheduleKind schedule, int64_t chunks) {
   Program p;
+  p.model = test::eightBlockGPT();
   p.model.name = "small";
-  p.model.vocab = 1000;
-  p.model.seq = 64;
-  p.model.hidden = 128;
-  p.model.heads = p.model.kvHeads = 4;
-  p.model.ffn = 512;
-  LayerGroup embed, blocks, head;
-  embed.kind = LayerGroup::Embedding;
-  embed.name = "embed";
-  blocks.name = "block";
-  blocks.count = 8;
-  blocks.heads = blocks.kvHeads = 4;
-  blocks.ffn = 512;
-  head.kind = LayerGroup::LMHead;
-  head.tiedTo = "embed";
-  p.model.layers = {embed, blocks, head};
   p.cluster.name = "pair";
   p.cluster.nodes = 2;
   p.cluster.gpusPerNode = 4;

@@ -1,4 +1,5 @@
 //===- LayoutTest.cpp - Megatron rank layout, groups and the comm model ---===//
+#include "TestModels.h"
 #include "parc/Check/Mapping.h"
 #include "parc/Cost/CommModel.h"
 
@@ -175,21 +176,7 @@ TEST(CommModel, RingFormulas) {
 /// A small model whose 8 blocks and 8 GPUs leave every rule satisfied.
 Program smallProgram() {
   Program p;
-  p.model.vocab = 1000;
-  p.model.seq = 64;
-  p.model.hidden = 128;
-  p.model.heads = p.model.kvHeads = 4;
-  p.model.ffn = 512;
-  LayerGroup embed, blocks, head;
-  embed.kind = LayerGroup::Embedding;
-  embed.name = "embed";
-  blocks.name = "block";
-  blocks.count = 8;
-  blocks.heads = blocks.kvHeads = 4;
-  blocks.ffn = 512;
-  head.kind = LayerGroup::LMHead;
-  head.tiedTo = "embed";
-  p.model.layers = {embed, blocks, head};
+  p.model = test::eightBlockGPT();
   p.cluster.nodes = 2;
   p.cluster.gpusPerNode = 4;
   p.cluster.intraNode = p.cluster.interNode = {1e11, 1e-6};

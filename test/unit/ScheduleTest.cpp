@@ -1,3 +1,4 @@
+#include "TestModels.h"
 #include "parc/Lower/Schedule.h"
 #include "parc/Lower/ScheduleVerifier.h"
 
@@ -7,15 +8,7 @@ using namespace parc;
 
 namespace {
 
-PipelineConfig makeConfig(ScheduleKind kind, int64_t stages, int64_t microbatches,
-                          int64_t chunks = 1) {
-  PipelineConfig config;
-  config.kind = kind;
-  config.stages = stages;
-  config.microbatches = microbatches;
-  config.chunks = chunks;
-  return config;
-}
+using test::makeConfig;
 
 /// The computes only: "F3" / "B3", or "F1.3" (chunk 1, microbatch 3) when `withChunk`.
 std::string computeOrder(const StageProgram &program, bool withChunk = false) {
