@@ -21,6 +21,9 @@ size_t sizeOf(ElementType type) {
     return sizeof(float);
   case ElementType::F64:
     return sizeof(double);
+  case ElementType::BF16:
+  case ElementType::F16:
+    return 2;
   }
   return 0;
 }
@@ -31,6 +34,10 @@ StringRef spelling(ElementType type) {
     return "f32";
   case ElementType::F64:
     return "f64";
+  case ElementType::BF16:
+    return "bf16";
+  case ElementType::F16:
+    return "f16";
   }
   return "?";
 }
@@ -68,6 +75,11 @@ void accumulate(ReduceOp op, ElementType type, void *accumulator, const void *in
   case ElementType::F64:
     return accumulateTyped(op, static_cast<double *>(accumulator),
                            static_cast<const double *>(input), count);
+  case ElementType::BF16:
+  case ElementType::F16:
+    throw CommError("a host communicator cannot reduce " + spelling(type).str() +
+                    " buffers; half-precision buffers live on a GPU and are reduced by the CUDA "
+                    "communicators");
   }
 }
 

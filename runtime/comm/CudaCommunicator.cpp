@@ -24,15 +24,18 @@ CudaCommunicator::CudaCommunicator(CommOptions options, int device)
     : Communicator(options), device_(device) {
   std::string what = "setting up the CUDA communicator on device " + std::to_string(device);
   PARC_COMM_CUDA_CHECK(cudaSetDevice(device), what);
-  for (cudaEvent_t *event : {&computeReady, &callDone, &queued})
+  for (cudaEvent_t *event : {&computeReady, &callDone, &queued, &joined})
     PARC_COMM_CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming), what);
+  PARC_COMM_CUDA_CHECK(cudaStreamCreateWithFlags(&joinStream, cudaStreamNonBlocking), what);
 }
 
 CudaCommunicator::~CudaCommunicator() {
   // Events still pending are released by the driver once they complete.
-  for (cudaEvent_t event : {computeReady, callDone, queued})
+  for (cudaEvent_t event : {computeReady, callDone, queued, joined})
     if (event)
       cudaEventDestroy(event);
+  if (joinStream)
+    cudaStreamDestroy(joinStream);
 }
 
 void CudaCommunicator::beginCall(cudaStream_t stream, const std::string &what) {
@@ -51,10 +54,28 @@ void CudaCommunicator::endCall(cudaStream_t stream, const std::string &what) {
 }
 
 void CudaCommunicator::endCallAfter(cudaEvent_t event, const std::string &what) {
+  lastCall = what;
+  // The join stream captures the event's state now, so the event may be recorded again by
+  // the next call before the join.
+  if (overlap && event) {
+    PARC_COMM_CUDA_CHECK(cudaStreamWaitEvent(joinStream, event, 0), what);
+    overlapPending = true;
+    return;
+  }
   if (event)
     PARC_COMM_CUDA_CHECK(cudaStreamWaitEvent(compute, event, 0), what);
   PARC_COMM_CUDA_CHECK(cudaEventRecord(queued, compute), what);
-  lastCall = what;
+}
+
+void CudaCommunicator::joinOverlapped() {
+  if (!overlapPending)
+    return;
+  std::string what = "the join of overlapped calls on rank " + std::to_string(rank());
+  PARC_COMM_CUDA_CHECK(cudaSetDevice(device_), what);
+  PARC_COMM_CUDA_CHECK(cudaEventRecord(joined, joinStream), what);
+  PARC_COMM_CUDA_CHECK(cudaStreamWaitEvent(compute, joined, 0), what);
+  PARC_COMM_CUDA_CHECK(cudaEventRecord(queued, compute), what);
+  overlapPending = false;
 }
 
 void CudaCommunicator::checkCuda(cudaError_t status, const char *call, const std::string &what) {
@@ -76,6 +97,14 @@ void CudaCommunicator::fold(ElementType type, ReduceOp op, void *const *outputs,
       return cuda::foldBuffers(reinterpret_cast<double *const *>(outputs), numOutputs,
                                reinterpret_cast<const double *const *>(inputs), numInputs, count,
                                foldOp, stream);
+    case ElementType::BF16:
+      return cuda::foldBuffers(reinterpret_cast<__nv_bfloat16 *const *>(outputs), numOutputs,
+                               reinterpret_cast<const __nv_bfloat16 *const *>(inputs), numInputs,
+                               count, foldOp, stream);
+    case ElementType::F16:
+      return cuda::foldBuffers(reinterpret_cast<__half *const *>(outputs), numOutputs,
+                               reinterpret_cast<const __half *const *>(inputs), numInputs, count,
+                               foldOp, stream);
     }
   } catch (const cuda::CudaError &error) {
     fail(what + ": " + error.what());
@@ -87,6 +116,7 @@ void CudaCommunicator::synchronize() {
   if (!lastCall.empty())
     what += " (the last call: " + lastCall + ")";
   checkNotFailed([&] { return what; });
+  joinOverlapped();
   PARC_COMM_CUDA_CHECK(cudaSetDevice(device_), what);
   double seconds = std::min(std::max(timeoutSeconds(), 0.0), 365.0 * 24 * 3600);
   auto deadline = std::chrono::steady_clock::now() +

@@ -55,7 +55,19 @@ using comm::formatSeconds;
 
 
 
-MPI_Datatype mpiType(ElementType type) { return type == ElementType::F32 ? MPI_FLOAT : MPI_DOUBLE; }
+/// Half types only move as bits here (accumulate() refuses to reduce them on the host).
+MPI_Datatype mpiType(ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+    return MPI_FLOAT;
+  case ElementType::F64:
+    return MPI_DOUBLE;
+  case ElementType::BF16:
+  case ElementType::F16:
+    return MPI_UINT16_T;
+  }
+  return MPI_BYTE;
+}
 
 [[noreturn]] void abortJob(const std::string &message, bool mayCallMPI) {
   std::fprintf(stderr, "error: %s\n", message.c_str());

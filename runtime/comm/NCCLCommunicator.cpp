@@ -29,7 +29,17 @@ namespace parc::runtime {
 namespace {
 
 ncclDataType_t ncclType(ElementType type) {
-  return type == ElementType::F32 ? ncclFloat32 : ncclFloat64;
+  switch (type) {
+  case ElementType::F32:
+    return ncclFloat32;
+  case ElementType::F64:
+    return ncclFloat64;
+  case ElementType::BF16:
+    return ncclBfloat16;
+  case ElementType::F16:
+    return ncclFloat16;
+  }
+  return ncclFloat32;
 }
 
 constexpr size_t kIdWords = sizeof(ncclUniqueId) / sizeof(double);

@@ -1,8 +1,7 @@
 //===- Backend.cpp - Whether this rank can execute on the backend asked for -===//
 //
-// The CUDA kernels and communicators are built (wherever nvcc is) but the executor does not
-// call them yet: --backend=cuda must never fall back to the CPU behind the user's back, so it
-// fails with the first reason that applies, in the order a user would fix them.
+// --backend=cuda must never fall back to the CPU behind the user's back, so it fails with the
+// first reason that applies, in the order a user would fix them.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,8 +25,7 @@ std::string backendUnavailable(Backend backend) {
     return "--backend=cuda: " + why +
            "; run on a machine with an NVIDIA GPU of compute capability 8.0 or newer, or use "
            "--backend=cpu";
-  return "--backend=cuda: CUDA execution is not implemented yet (a CUDA device was found, but "
-         "parrun executes plans only on the CPU); use --backend=cpu";
+  return "";
 #endif
 }
 

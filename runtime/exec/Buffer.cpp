@@ -3,6 +3,9 @@
 #include "parc/Runtime/Buffer.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 namespace parc::runtime {
 
@@ -20,17 +23,29 @@ llvm::StringRef spelling(MemoryCategory category) {
   return "?";
 }
 
-void MemoryTracker::allocate(MemoryCategory category, int64_t bytes) {
+MemorySpace::~MemorySpace() = default;
+
+void *MemoryTracker::allocate(MemoryCategory category, size_t size) {
+  void *data = space ? space->allocate(category, size) : std::calloc(size, 1);
+  if (!data)
+    throw std::runtime_error("out of host memory: " + std::to_string(size) + " bytes of " +
+                             spelling(category).str());
+  int64_t bytes = int64_t(size);
   size_t i = index(category);
   currentBytes[i] += bytes;
   peakBytes[i] = std::max(peakBytes[i], currentBytes[i]);
   currentTotalBytes += bytes;
   peakTotalBytes = std::max(peakTotalBytes, currentTotalBytes);
+  return data;
 }
 
-void MemoryTracker::release(MemoryCategory category, int64_t bytes) {
-  currentBytes[index(category)] -= bytes;
-  currentTotalBytes -= bytes;
+void MemoryTracker::release(MemoryCategory category, void *data, size_t size) {
+  if (space)
+    space->release(category, data, size);
+  else
+    std::free(data);
+  currentBytes[index(category)] -= int64_t(size);
+  currentTotalBytes -= int64_t(size);
 }
 
 } // namespace parc::runtime

@@ -2,16 +2,19 @@
 
 #include "parc/Runtime/Executor.h"
 
+#include "RankLoop.h"
+#include "parc/Runtime/CpuDevice.h"
 #include "parc/Runtime/Kernels.h"
 #include "parc/Runtime/PlanLoader.h"
-#include "parc/Runtime/ScheduleRunner.h"
-#include "parc/Runtime/WeightDump.h"
+
+#ifdef PARC_HAVE_CUDA
+#include "CudaRun.h"
+#endif
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
 
 #include <array>
-#include <chrono>
 #include <cstdlib>
 
 namespace parc::runtime {
@@ -89,13 +92,19 @@ std::string formatDifference(int64_t held, int64_t predicted) {
   return os.str();
 }
 
-void printMemory(llvm::ArrayRef<std::string> encoded, Precision precision, plan::DType modelDtype,
-                 llvm::raw_ostream &out) {
+} // namespace
+
+std::string encodeMemoryRow(const plan::RankPlan &plan, const MemoryTracker &memory) {
+  return MemoryRow(plan, memory).encode();
+}
+
+void printMemory(llvm::ArrayRef<std::string> encoded, const RunOptions &options,
+                 plan::DType modelDtype, llvm::raw_ostream &out) {
   std::vector<MemoryRow> rows;
   for (const std::string &text : encoded)
     rows.push_back(MemoryRow::decode(text));
-  out << "memory   peak bytes per rank: held by parrun in "
-      << (precision == Precision::FP64 ? "fp64" : "fp32")
+  out << "memory   peak bytes per rank: held by parrun in " << spelling(options.precision)
+      << (options.backend == Backend::CUDA ? " on the GPU" : "")
       << ", predicted by parc's memory model at the model's " << plan::spelling(modelDtype);
   if (!rows.empty() && rows.front().reserve > 0)
     out << " (plus a reserve of " << formatBytes(rows.front().reserve)
@@ -127,47 +136,7 @@ void printMemory(llvm::ArrayRef<std::string> encoded, Precision precision, plan:
   out.flush();
 }
 
-template <typename T>
-RankSummary runTyped(Communicator &comm, const RunOptions &options, const LoadedJob &job,
-                     llvm::raw_ostream &out) {
-  const plan::RankPlan &plan = job.plan;
-  MemoryTracker memory;
-  ParamStore<T> params(plan, memory);
-  if (llvm::Error error = params.buildPartitions())
-    throw std::runtime_error("the plan cannot be executed: " + llvm::toString(std::move(error)));
-  params.initialize(uint64_t(plan.train.seed));
-  ScheduleRunner<T> runner(plan, comm, memory, params, job.data);
-
-  int64_t steps = options.steps.value_or(plan.train.steps);
-  int64_t logEvery = std::max<int64_t>(1, options.logEvery);
-  double tokensPerStep = double(plan.parallel.globalBatch * plan.model.seq);
-  RankSummary summary;
-  for (int64_t step = 0; step < steps; ++step) {
-    auto start = std::chrono::steady_clock::now();
-    StepResult result = runner.runStep(step);
-    double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    summary.losses.push_back(result.loss);
-    summary.gradNorms.push_back(result.optimizer.gradNorm);
-    if (runner.reportsLoss() && ((step + 1) % logEvery == 0 || step + 1 == steps)) {
-      out << llvm::format("step %lld loss %.4f lr %.2e grad_norm %.3f tokens/s %.0f\n",
-                          (long long)(step + 1), result.loss, result.optimizer.lr,
-                          result.optimizer.gradNorm, tokensPerStep / std::max(seconds, 1e-9));
-      out.flush();
-    }
-  }
-
-  // Taken before the dump, whose gathers are not part of training.
-  // Printed by the rank that printed the steps, so that under mpirun, which forwards each
-  // process's output on its own, the lines keep their order.
-  std::vector<std::string> rows = comm.agree(MemoryRow(plan, memory).encode());
-  if (runner.reportsLoss())
-    printMemory(rows, options.precision, plan.model.dtype, out);
-  if (!options.dumpWeightsPath.empty())
-    dumpWeights(comm, params, plan, summary, options.dumpWeightsPath);
-  return summary;
-}
-
+namespace {
 std::string describeJob(const plan::RankPlan &plan, const RunOptions &options,
                         const TokenStream &data, int64_t steps) {
   const plan::ParallelSummary &p = plan.parallel;
@@ -177,8 +146,8 @@ std::string describeJob(const plan::RankPlan &plan, const RunOptions &options,
      << ", pp " << p.pp << ", dp " << p.dp << ", " << plan::spelling(p.schedule) << ", zero "
      << p.zero << ", recompute " << plan::spelling(p.recompute)
      << (p.sequenceParallel ? ", sequence parallel" : "") << "), plan " << plan.planId << ", "
-     << steps << (steps == 1 ? " step" : " steps") << ", "
-     << (options.precision == Precision::FP64 ? "fp64" : "fp32") << ", data " << data.describe()
+     << steps << (steps == 1 ? " step" : " steps") << ", " << spelling(options.precision)
+     << (options.backend == Backend::CUDA ? " on CUDA" : "") << ", data " << data.describe()
      << "\n";
   return os.str();
 }
@@ -192,23 +161,81 @@ llvm::Expected<int64_t> planWorldSize(llvm::StringRef planDir) {
   return manifest->world;
 }
 
+llvm::StringRef spelling(Precision precision) {
+  switch (precision) {
+  case Precision::FP32:
+    return "fp32";
+  case Precision::FP64:
+    return "fp64";
+  case Precision::BF16:
+    return "bf16";
+  case Precision::FP16:
+    return "fp16";
+  }
+  return "?";
+}
+
+std::string incompatibleOptions(const RunOptions &options, CommKind comm) {
+  bool halfPrecision = options.precision == Precision::BF16 || options.precision == Precision::FP16;
+  if (options.backend == Backend::CPU && halfPrecision)
+    return "--precision=" + spelling(options.precision).str() +
+           " runs only with --backend=cuda; the CPU backend computes in fp32 or fp64";
+  if (options.backend == Backend::CUDA && options.precision == Precision::FP64)
+    return "--precision=fp64 runs only on the CPU backend; on CUDA use fp32, bf16 or fp16";
+  if (options.backend == Backend::CPU && comm == CommKind::NCCL)
+    return "--comm=nccl needs --backend=cuda (NCCL moves GPU buffers)";
+  return "";
+}
+
 RankSummary runRank(Communicator &comm, const RunOptions &options, llvm::raw_ostream &out) {
   // Each rank checks its own device: under MPI the ranks may sit on different machines, and a
   // rank that cannot run must end the job before its peers wait for it.
   std::string unavailable = backendUnavailable(options.backend);
   if (!unavailable.empty())
     throw std::runtime_error(unavailable);
+  std::string incompatible = incompatibleOptions(options, CommKind::Local);
+  if (!incompatible.empty())
+    throw std::runtime_error(incompatible);
   LoadedJob job = loadAndAgree(comm, options);
   if (reportsLoss(job.plan)) {
     out << describeJob(job.plan, options, job.data, options.steps.value_or(job.plan.train.steps));
     out.flush();
   }
-  if (options.precision == Precision::FP64)
-    return runTyped<double>(comm, options, job, out);
-  return runTyped<float>(comm, options, job, out);
+  if (options.backend == Backend::CUDA) {
+#ifdef PARC_HAVE_CUDA
+    return runRankOnCuda(comm, options, job, out);
+#endif
+  }
+  if (options.precision == Precision::FP64) {
+    CpuDevice<double> device;
+    return runOnDevice(device, comm, options, job, out);
+  }
+  CpuDevice<float> device;
+  return runOnDevice(device, comm, options, job, out);
 }
 
-int runLocal(const RunOptions &options, llvm::raw_ostream &out, llvm::raw_ostream &errs) {
+namespace {
+/// Runs `body` on every rank as a thread of this process, over the communicator `kind` asks
+/// for; returns one message per rank, empty when it finished, and the world's first failure.
+std::vector<std::string> runThreads(int64_t world, CommKind kind, const RunOptions &options,
+                                    const std::function<void(Communicator &)> &body,
+                                    std::string &failure) {
+  CommOptions commOptions;
+  commOptions.timeoutSeconds = options.timeoutSeconds;
+#ifdef PARC_HAVE_CUDA
+  if (options.backend == Backend::CUDA)
+    return runCudaThreads(world, kind, commOptions, body, failure);
+#endif
+  (void)kind;
+  LocalWorld local(world, commOptions);
+  std::vector<std::string> errors = local.run(body);
+  failure = local.failure();
+  return errors;
+}
+} // namespace
+
+int runLocal(const RunOptions &options, CommKind commKind, llvm::raw_ostream &out,
+             llvm::raw_ostream &errs) {
   llvm::Expected<int64_t> world = planWorldSize(options.planDir);
   if (!world) {
     errs << "parrun: error: " << llvm::toString(world.takeError()) << "\n";
@@ -217,9 +244,6 @@ int runLocal(const RunOptions &options, llvm::raw_ostream &out, llvm::raw_ostrea
   // The ranks are threads sharing this machine's cores; BLAS threads would oversubscribe them.
   if (*world > 1)
     cpu::setBlasThreads(1);
-  CommOptions commOptions;
-  commOptions.timeoutSeconds = options.timeoutSeconds;
-  LocalWorld local(*world, commOptions);
 
   // One message per failed rank. When one rank fails, the local communicator ends every
   // other rank's wait with "... gave up because the job failed: ..."; those only echo the
@@ -227,19 +251,36 @@ int runLocal(const RunOptions &options, llvm::raw_ostream &out, llvm::raw_ostrea
   std::vector<std::string> messages(static_cast<size_t>(*world));
   // Not vector<bool>: the rank threads write it concurrently.
   std::vector<char> agreed(static_cast<size_t>(*world), false);
-  std::vector<std::string> errors = local.run([&](Communicator &comm) {
-    size_t rank = size_t(comm.rank());
-    try {
-      runRank(comm, options, out);
-    } catch (const AgreedError &error) {
-      messages[rank] = error.what();
-      agreed[rank] = true;
-      throw;
-    } catch (const std::exception &error) {
-      messages[rank] = "rank " + std::to_string(rank) + ": " + error.what();
-      throw;
-    }
-  });
+  // The device communicators need a device before any rank exists to report its absence.
+  std::string unavailable = backendUnavailable(options.backend);
+  if (!unavailable.empty()) {
+    errs << "parrun: error: " << unavailable << "\n";
+    return 1;
+  }
+  std::string failure;
+  std::vector<std::string> errors;
+  try {
+    errors = runThreads(
+        *world, commKind, options,
+        [&](Communicator &comm) {
+          size_t rank = size_t(comm.rank());
+          try {
+            runRank(comm, options, out);
+          } catch (const AgreedError &error) {
+            messages[rank] = error.what();
+            agreed[rank] = true;
+            throw;
+          } catch (const std::exception &error) {
+            messages[rank] = "rank " + std::to_string(rank) + ": " + error.what();
+            throw;
+          }
+        },
+        failure);
+  } catch (const std::exception &error) {
+    // Setting up the ranks' communicators failed (a GPU that cannot be used, NCCL).
+    errs << "parrun: error: " << error.what() << "\n";
+    return 1;
+  }
   if (llvm::all_of(errors, [](const std::string &e) { return e.empty(); }))
     return 0;
   auto echoes = [](llvm::StringRef message) {
@@ -249,7 +290,11 @@ int runLocal(const RunOptions &options, llvm::raw_ostream &out, llvm::raw_ostrea
   for (size_t rank = 0; rank < messages.size() && cause.empty(); ++rank)
     if (agreed[rank] || (!messages[rank].empty() && !echoes(messages[rank])))
       cause = messages[rank];
-  errs << "parrun: error: " << (cause.empty() ? local.failure() : cause) << "\n";
+  if (cause.empty())
+    for (const std::string &error : errors)
+      if (cause.empty() && !error.empty())
+        cause = error;
+  errs << "parrun: error: " << (cause.empty() ? failure : cause) << "\n";
   return 1;
 }
 
@@ -261,6 +306,17 @@ int runMPI(int *argc, char ***argv, const RunOptions &options, llvm::raw_ostream
   if (comm->world() > 1 && !std::getenv("OPENBLAS_NUM_THREADS"))
     cpu::setBlasThreads(1);
   try {
+#ifdef PARC_HAVE_CUDA
+    if (options.backend == Backend::CUDA) {
+      // Checked before NCCL starts, which would fail less plainly without a device.
+      std::string unavailable = backendUnavailable(options.backend);
+      if (!unavailable.empty())
+        throw std::runtime_error(unavailable);
+      std::unique_ptr<Communicator> nccl = createNCCLCommunicator(*comm, commOptions);
+      runRank(*nccl, options, out);
+      return 0;
+    }
+#endif
     runRank(*comm, options, out);
     return 0;
   } catch (const AgreedError &error) {

@@ -9,7 +9,9 @@
 
 #include "parc/Runtime/OpInterpreter.h"
 
-#include "parc/Runtime/Kernels.h"
+#ifdef PARC_HAVE_CUDA
+#include "parc/Runtime/CudaDevice.h"
+#endif
 
 #include <algorithm>
 #include <stdexcept>
@@ -40,30 +42,27 @@ DimView viewAround(llvm::ArrayRef<int64_t> shape, int64_t dim) {
 }
 
 /// Copies part `part` ([outer, partSize, inner]) to or from the whole ([outer, wholeSize,
-/// inner]) at offset `offset` along the middle dim.
-template <typename T>
-void copyPart(T *whole, T *part, const DimView &wholeView, int64_t partSize, int64_t offset,
+/// inner]) at offset `offset` along the middle dim, on the device.
+template <typename D, typename T>
+void copyPart(D &dev, T *whole, T *part, const DimView &wholeView, int64_t partSize, int64_t offset,
               bool intoWhole) {
-  int64_t run = partSize * wholeView.inner;
-  for (int64_t o = 0; o < wholeView.outer; ++o) {
-    T *w = whole + (o * wholeView.size + offset) * wholeView.inner;
-    T *p = part + o * run;
-    if (intoWhole)
-      std::copy_n(p, run, w);
-    else
-      std::copy_n(w, run, p);
-  }
+  int64_t run = partSize * wholeView.inner, wholeRow = wholeView.size * wholeView.inner;
+  T *window = whole + offset * wholeView.inner;
+  if (intoWhole)
+    dev.copyRows(window, wholeRow, part, run, run, wholeView.outer);
+  else
+    dev.copyRows(part, run, window, wholeRow, run, wholeView.outer);
 }
 } // namespace
 
-template <typename T> void OpInterpreter<T>::executeCollective(Context &ctx) {
+template <typename D> void OpInterpreter<D>::executeCollective(Context &ctx) {
   const plan::Op &op = ctx.op;
   switch (op.kind) {
   case OpKind::AllReduce: {
     Operand x = in(ctx, 0), y = out(ctx, 0, false);
     if (x.numel() != y.numel())
       opError("all_reduce's output differs in size from its input");
-    std::copy_n(x.data, x.numel(), y.data);
+    dev.copy(y.data, x.data, x.numel());
     comm.allReduce(group(op), y.data, size_t(y.numel()));
     return;
   }
@@ -83,7 +82,7 @@ template <typename T> void OpInterpreter<T>::executeCollective(Context &ctx) {
     Buffer<T> gathered(memory, MemoryCategory::Activations, size_t(y.numel()));
     comm.allGather(ranks, x.data, gathered.data(), size_t(x.numel()));
     for (int64_t r = 0; r < g; ++r)
-      copyPart(y.data, gathered.data() + r * x.numel(), whole, part.size, r * part.size,
+      copyPart(dev, y.data, gathered.data() + r * x.numel(), whole, part.size, r * part.size,
                /*intoWhole=*/true);
     return;
   }
@@ -102,7 +101,7 @@ template <typename T> void OpInterpreter<T>::executeCollective(Context &ctx) {
     }
     Buffer<T> memberMajor(memory, MemoryCategory::Activations, size_t(x.numel()));
     for (int64_t r = 0; r < g; ++r)
-      copyPart(x.data, memberMajor.data() + r * y.numel(), whole, part.size, r * part.size,
+      copyPart(dev, x.data, memberMajor.data() + r * y.numel(), whole, part.size, r * part.size,
                /*intoWhole=*/false);
     comm.reduceScatter(ranks, memberMajor.data(), y.data, size_t(y.numel()));
     return;
@@ -117,7 +116,7 @@ template <typename T> void OpInterpreter<T>::executeCollective(Context &ctx) {
       DimView part = viewAround(partOut.shape, dim);
       if (part.outer != whole.outer || part.inner != whole.inner || offset + part.size > whole.size)
         opError("the parts do not tile the input along dim " + std::to_string(dim));
-      copyPart(x.data, partOut.data, whole, part.size, offset, /*intoWhole=*/false);
+      copyPart(dev, x.data, partOut.data, whole, part.size, offset, /*intoWhole=*/false);
       offset += part.size;
     }
     if (offset != whole.size)
@@ -135,7 +134,7 @@ template <typename T> void OpInterpreter<T>::executeCollective(Context &ctx) {
       DimView part = viewAround(partIn.shape, dim);
       if (part.outer != whole.outer || part.inner != whole.inner || offset + part.size > whole.size)
         opError("the part gradients do not tile the output along dim " + std::to_string(dim));
-      copyPart(dx.data, partIn.data, whole, part.size, offset, /*intoWhole=*/true);
+      copyPart(dev, dx.data, partIn.data, whole, part.size, offset, /*intoWhole=*/true);
       offset += part.size;
     }
     if (offset != whole.size)
@@ -148,7 +147,7 @@ template <typename T> void OpInterpreter<T>::executeCollective(Context &ctx) {
   }
 }
 
-template <typename T> void OpInterpreter<T>::executeLoss(Context &ctx) {
+template <typename D> void OpInterpreter<D>::executeLoss(Context &ctx) {
   const plan::Op &op = ctx.op;
   const std::vector<int64_t> &ranks = group(op);
   Operand logits = in(ctx, 0);
@@ -161,34 +160,41 @@ template <typename T> void OpInterpreter<T>::executeLoss(Context &ctx) {
   int64_t rows = seq * batch, vocabOffset = op.intAttr("vocab_offset");
 
   // The global row maximum and sum of exponentials over every shard of the vocabulary.
-  Buffer<T> rowMax(memory, MemoryCategory::Activations, size_t(rows));
-  Buffer<T> rowSum(memory, MemoryCategory::Activations, size_t(rows));
-  cpu::crossEntropyRowMax(rowMax.data(), logits.data, rows, localVocab);
+  Buffer<Stat> rowMax(memory, MemoryCategory::Activations, size_t(rows));
+  Buffer<Stat> rowSum(memory, MemoryCategory::Activations, size_t(rows));
+  dev.crossEntropyRowMax(rowMax.data(), logits.data, rows, localVocab);
   comm.allReduce(ranks, rowMax.data(), size_t(rows), ReduceOp::Max);
-  cpu::crossEntropySumExp(rowSum.data(), logits.data, rowMax.data(), rows, localVocab);
+  dev.crossEntropySumExp(rowSum.data(), logits.data, rowMax.data(), rows, localVocab);
   comm.allReduce(ranks, rowSum.data(), size_t(rows));
 
   if (op.kind == OpKind::CrossEntropy) {
-    Buffer<T> target(memory, MemoryCategory::Activations, size_t(rows));
-    cpu::crossEntropyTargetLogit(target.data(), logits.data, labels, seq, batch, localVocab,
-                                 vocabOffset);
+    Buffer<Stat> target(memory, MemoryCategory::Activations, size_t(rows));
+    dev.crossEntropyTargetLogit(target.data(), logits.data, labels, seq, batch, localVocab,
+                                vocabOffset);
     comm.allReduce(ranks, target.data(), size_t(rows));
-    Operand loss = out(ctx, 0, false);
-    if (loss.numel() != 1)
+    Operand lossOut = out(ctx, 0, false);
+    if (lossOut.numel() != 1)
       opError("the loss must be a scalar");
-    loss.data[0] = cpu::crossEntropyLoss(rowMax.data(), rowSum.data(), target.data(), rows);
+    loss = dev.crossEntropyLoss(lossOut.data, rowMax.data(), rowSum.data(), target.data(), rows);
     return;
   }
   Operand dloss = in(ctx, 2), dlogits = out(ctx, 0, false);
   if (dloss.numel() != 1 || dlogits.numel() != logits.numel())
     opError("cross_entropy_bwd needs a scalar loss gradient and logits-sized output");
-  cpu::crossEntropyBackward(dlogits.data, logits.data, labels, rowMax.data(), rowSum.data(),
-                            dloss.data[0], seq, batch, localVocab, vocabOffset);
+  dev.crossEntropyBackward(dlogits.data, logits.data, labels, rowMax.data(), rowSum.data(),
+                           dev.readScalar(dloss.data), seq, batch, localVocab, vocabOffset);
 }
 
-template void OpInterpreter<float>::executeCollective(Context &);
-template void OpInterpreter<double>::executeCollective(Context &);
-template void OpInterpreter<float>::executeLoss(Context &);
-template void OpInterpreter<double>::executeLoss(Context &);
+#define PARC_INSTANTIATE(D)                                                                        \
+  template void OpInterpreter<D>::executeCollective(Context &);                                    \
+  template void OpInterpreter<D>::executeLoss(Context &);
+PARC_INSTANTIATE(CpuDevice<float>)
+PARC_INSTANTIATE(CpuDevice<double>)
+#ifdef PARC_HAVE_CUDA
+PARC_INSTANTIATE(CudaDevice<float>)
+PARC_INSTANTIATE(CudaDevice<__nv_bfloat16>)
+PARC_INSTANTIATE(CudaDevice<__half>)
+#endif
+#undef PARC_INSTANTIATE
 
 } // namespace parc::runtime

@@ -8,7 +8,9 @@
 
 #include "parc/Runtime/OpInterpreter.h"
 
-#include "parc/Runtime/Kernels.h"
+#ifdef PARC_HAVE_CUDA
+#include "parc/Runtime/CudaDevice.h"
+#endif
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -72,10 +74,10 @@ ChunkLiveness ChunkLiveness::analyze(const plan::Chunk &chunk) {
   return result;
 }
 
-template <typename T> int64_t OpInterpreter<T>::Operand::numel() const { return product(shape); }
+template <typename D> int64_t OpInterpreter<D>::Operand::numel() const { return product(shape); }
 
-template <typename T>
-void OpInterpreter<T>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayRef<plan::Op> ops,
+template <typename D>
+void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayRef<plan::Op> ops,
                            const std::vector<std::vector<std::string>> &freeAfter,
                            ChunkEnv<T> &env) {
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -87,22 +89,20 @@ void OpInterpreter<T>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
     } catch (const std::runtime_error &error) {
       throw std::runtime_error(describeOp(backward, i, ops[i]) + ": " + error.what());
     }
-    for (PendingGrad &pending : ctx.pending) {
-      for (size_t k = 0; k < pending.scratch.size(); ++k)
-        pending.grad[k] += pending.scratch[k];
-    }
+    for (PendingGrad &pending : ctx.pending)
+      dev.accumulate(pending.grad, pending.scratch.data(), int64_t(pending.scratch.size()));
     for (const std::string &name : freeAfter[i])
       env.erase(name);
   }
 }
 
-template <typename T>
-typename OpInterpreter<T>::Operand OpInterpreter<T>::in(Context &ctx, size_t i) {
+template <typename D>
+typename OpInterpreter<D>::Operand OpInterpreter<D>::in(Context &ctx, size_t i) {
   const std::string &name = ctx.op.inputs[i];
   auto value = ctx.env.values.find(name);
   if (value != ctx.env.values.end())
     return {value->second.data(), value->second.shape};
-  if (typename ParamStore<T>::Param *param = params.find(name)) {
+  if (typename ParamStore<D>::Param *param = params.find(name)) {
     if (param->released())
       opError("parameter '" + name +
               "' is released (ZeRO-3): the schedule must all_gather_params before this compute");
@@ -113,8 +113,8 @@ typename OpInterpreter<T>::Operand OpInterpreter<T>::in(Context &ctx, size_t i) 
   opError("operand '" + name + "' is not defined at this point");
 }
 
-template <typename T>
-const int64_t *OpInterpreter<T>::ids(Context &ctx, size_t i, std::vector<int64_t> *shape) {
+template <typename D>
+const int64_t *OpInterpreter<D>::ids(Context &ctx, size_t i, std::vector<int64_t> *shape) {
   const std::string &name = ctx.op.inputs[i];
   auto it = ctx.env.ids.find(name);
   if (it == ctx.env.ids.end())
@@ -124,10 +124,10 @@ const int64_t *OpInterpreter<T>::ids(Context &ctx, size_t i, std::vector<int64_t
   return it->second.data();
 }
 
-template <typename T>
-typename OpInterpreter<T>::Operand OpInterpreter<T>::out(Context &ctx, size_t i, bool kernelAdds) {
+template <typename D>
+typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i, bool kernelAdds) {
   const std::string &name = ctx.op.outputs[i];
-  if (typename ParamStore<T>::Param *param = params.gradOwner(name)) {
+  if (typename ParamStore<D>::Param *param = params.gradOwner(name)) {
     if (kernelAdds)
       return {param->grad, param->localShape};
     PendingGrad &pending = ctx.pending.emplace_back();
@@ -147,8 +147,8 @@ typename OpInterpreter<T>::Operand OpInterpreter<T>::out(Context &ctx, size_t i,
   return {tensor.data(), tensor.shape};
 }
 
-template <typename T>
-const std::vector<int64_t> &OpInterpreter<T>::group(const plan::Op &op) const {
+template <typename D>
+const std::vector<int64_t> &OpInterpreter<D>::group(const plan::Op &op) const {
   const std::vector<int64_t> &ranks = plan.groups.get(op.groupAttr("group"));
   if (ranks.empty())
     opError("group '" + plan::spelling(op.groupAttr("group")).str() +
@@ -156,7 +156,7 @@ const std::vector<int64_t> &OpInterpreter<T>::group(const plan::Op &op) const {
   return ranks;
 }
 
-template <typename T> void OpInterpreter<T>::execute(Context &ctx) {
+template <typename D> void OpInterpreter<D>::execute(Context &ctx) {
   switch (ctx.op.kind) {
   case OpKind::AllReduce:
   case OpKind::AllGather:
@@ -174,7 +174,7 @@ template <typename T> void OpInterpreter<T>::execute(Context &ctx) {
   }
 }
 
-template <typename T> void OpInterpreter<T>::executeCompute(Context &ctx) {
+template <typename D> void OpInterpreter<D>::executeCompute(Context &ctx) {
   const plan::Op &op = ctx.op;
   auto sameSize = [](const Operand &a, const Operand &b, const char *what) {
     if (a.numel() != b.numel())
@@ -189,8 +189,8 @@ template <typename T> void OpInterpreter<T>::executeCompute(Context &ctx) {
     int64_t batch = idShape[0], seq = idShape[1], hidden = weight.shape.back();
     if (y.numel() != seq * batch * hidden)
       opError("output does not hold [seq, batch, hidden] of the ids and the table");
-    cpu::embeddingForward(y.data, tokens, weight.data, seq, batch, hidden,
-                          op.intAttr("vocab_offset"), weight.shape[0]);
+    dev.embeddingForward(y.data, tokens, weight.data, seq, batch, hidden,
+                         op.intAttr("vocab_offset"), weight.shape[0]);
     return;
   }
   case OpKind::PositionEmbedding: {
@@ -198,22 +198,22 @@ template <typename T> void OpInterpreter<T>::executeCompute(Context &ctx) {
     sameSize(x, y, "position_embedding");
     if (weight.shape[0] < x.shape[0])
       opError("the position table has fewer rows than the sequence");
-    cpu::positionEmbeddingForward(y.data, x.data, weight.data, x.shape[0], x.shape[1], x.shape[2]);
+    dev.positionEmbeddingForward(y.data, x.data, weight.data, x.shape[0], x.shape[1], x.shape[2]);
     return;
   }
   case OpKind::LayerNorm: {
     Operand x = in(ctx, 0), weight = in(ctx, 1), bias = in(ctx, 2), y = out(ctx, 0, false);
     sameSize(x, y, "layernorm");
     int64_t dim = x.shape.back();
-    cpu::layerNormForward(y.data, x.data, weight.data, bias.data, x.numel() / dim, dim,
-                          op.numberAttr("eps"));
+    dev.layerNormForward(y.data, x.data, weight.data, bias.data, x.numel() / dim, dim,
+                         op.numberAttr("eps"));
     return;
   }
   case OpKind::RMSNorm: {
     Operand x = in(ctx, 0), weight = in(ctx, 1), y = out(ctx, 0, false);
     sameSize(x, y, "rmsnorm");
     int64_t dim = x.shape.back();
-    cpu::rmsNormForward(y.data, x.data, weight.data, x.numel() / dim, dim, op.numberAttr("eps"));
+    dev.rmsNormForward(y.data, x.data, weight.data, x.numel() / dim, dim, op.numberAttr("eps"));
     return;
   }
   case OpKind::MatMul: {
@@ -230,35 +230,35 @@ template <typename T> void OpInterpreter<T>::executeCompute(Context &ctx) {
     if (c.numel() != m * n)
       opError("the output holds " + std::to_string(c.numel()) + " elements, not " +
               std::to_string(m) + " x " + std::to_string(n));
-    cpu::matmulForward(c.data, a.data, b.data, m, n, k, transA, transB);
+    dev.matmulForward(c.data, a.data, b.data, m, n, k, transA, transB);
     return;
   }
   case OpKind::BiasAdd: {
     Operand x = in(ctx, 0), bias = in(ctx, 1), y = out(ctx, 0, false);
     sameSize(x, y, "bias_add");
-    cpu::biasAddForward(y.data, x.data, bias.data, x.numel() / bias.numel(), bias.numel());
+    dev.biasAddForward(y.data, x.data, bias.data, x.numel() / bias.numel(), bias.numel());
     return;
   }
   case OpKind::RoPE: {
     Operand x = in(ctx, 0), y = out(ctx, 0, false);
     sameSize(x, y, "rope");
     int64_t heads = op.intAttr("heads");
-    cpu::ropeForward(y.data, x.data, x.shape[0], x.shape[1], heads, x.shape[2] / heads,
-                     op.numberAttr("theta"));
+    dev.ropeForward(y.data, x.data, x.shape[0], x.shape[1], heads, x.shape[2] / heads,
+                    op.numberAttr("theta"));
     return;
   }
   case OpKind::Attention: {
     Operand q = in(ctx, 0), k = in(ctx, 1), v = in(ctx, 2), y = out(ctx, 0, false);
     sameSize(q, y, "attention");
     int64_t heads = op.intAttr("heads");
-    cpu::attentionForward(y.data, q.data, k.data, v.data, q.shape[0], q.shape[1], heads,
-                          op.intAttr("kv_heads"), q.shape[2] / heads, op.boolAttr("causal"));
+    dev.attentionForward(y.data, q.data, k.data, v.data, q.shape[0], q.shape[1], heads,
+                         op.intAttr("kv_heads"), q.shape[2] / heads, op.boolAttr("causal"));
     return;
   }
   case OpKind::GELU: {
     Operand x = in(ctx, 0), y = out(ctx, 0, false);
     sameSize(x, y, "gelu");
-    cpu::geluForward(y.data, x.data, x.numel());
+    dev.geluForward(y.data, x.data, x.numel());
     return;
   }
   case OpKind::SwiGLU: {
@@ -266,14 +266,14 @@ template <typename T> void OpInterpreter<T>::executeCompute(Context &ctx) {
     sameSize(gate, up, "swiglu");
     sameSize(gate, y, "swiglu");
     int64_t ffn = gate.shape.back();
-    cpu::swigluForward(y.data, gate.data, up.data, gate.numel() / ffn, ffn);
+    dev.swigluForward(y.data, gate.data, up.data, gate.numel() / ffn, ffn);
     return;
   }
   case OpKind::ResidualAdd: {
     Operand a = in(ctx, 0), b = in(ctx, 1), y = out(ctx, 0, false);
     sameSize(a, b, "residual_add");
     sameSize(a, y, "residual_add");
-    cpu::residualAddForward(y.data, a.data, b.data, a.numel());
+    dev.residualAddForward(y.data, a.data, b.data, a.numel());
     return;
   }
   default:
@@ -281,37 +281,37 @@ template <typename T> void OpInterpreter<T>::executeCompute(Context &ctx) {
   }
 }
 
-template <typename T> void OpInterpreter<T>::executeBackward(Context &ctx) {
+template <typename D> void OpInterpreter<D>::executeBackward(Context &ctx) {
   const plan::Op &op = ctx.op;
   switch (op.kind) {
   case OpKind::EmbeddingBwd: {
     std::vector<int64_t> idShape;
     const int64_t *tokens = ids(ctx, 0, &idShape);
     Operand dy = in(ctx, 1), dweight = out(ctx, 0, true);
-    cpu::embeddingBackward(dweight.data, tokens, dy.data, idShape[1], idShape[0],
-                           dweight.shape.back(), op.intAttr("vocab_offset"), dweight.shape[0]);
+    dev.embeddingBackward(dweight.data, tokens, dy.data, idShape[1], idShape[0],
+                          dweight.shape.back(), op.intAttr("vocab_offset"), dweight.shape[0]);
     return;
   }
   case OpKind::PositionEmbeddingBwd: {
     Operand dy = in(ctx, 0), dx = out(ctx, 0, false), dweight = out(ctx, 1, true);
-    cpu::positionEmbeddingBackward(dx.data, dweight.data, dy.data, dy.shape[0], dy.shape[1],
-                                   dy.shape[2]);
+    dev.positionEmbeddingBackward(dx.data, dweight.data, dy.data, dy.shape[0], dy.shape[1],
+                                  dy.shape[2]);
     return;
   }
   case OpKind::LayerNormBwd: {
     Operand x = in(ctx, 0), weight = in(ctx, 1), dy = in(ctx, 2);
     Operand dx = out(ctx, 0, false), dweight = out(ctx, 1, true), dbias = out(ctx, 2, true);
     int64_t dim = x.shape.back();
-    cpu::layerNormBackward(dx.data, dweight.data, dbias.data, x.data, weight.data, dy.data,
-                           x.numel() / dim, dim, op.numberAttr("eps"));
+    dev.layerNormBackward(dx.data, dweight.data, dbias.data, x.data, weight.data, dy.data,
+                          x.numel() / dim, dim, op.numberAttr("eps"));
     return;
   }
   case OpKind::RMSNormBwd: {
     Operand x = in(ctx, 0), weight = in(ctx, 1), dy = in(ctx, 2);
     Operand dx = out(ctx, 0, false), dweight = out(ctx, 1, true);
     int64_t dim = x.shape.back();
-    cpu::rmsNormBackward(dx.data, dweight.data, x.data, weight.data, dy.data, x.numel() / dim, dim,
-                         op.numberAttr("eps"));
+    dev.rmsNormBackward(dx.data, dweight.data, x.data, weight.data, dy.data, x.numel() / dim, dim,
+                        op.numberAttr("eps"));
     return;
   }
   case OpKind::MatMulBwd: {
@@ -324,47 +324,46 @@ template <typename T> void OpInterpreter<T>::executeBackward(Context &ctx) {
       opError("the output gradient does not match the product's shape");
     // Fresh tensors start at zero, so adding is overwriting them; parameter gradients add.
     Operand da = out(ctx, 0, true), db = out(ctx, 1, true);
-    cpu::matmulBackward(da.data, db.data, a.data, b.data, dc.data, m, n, k, transA, transB,
-                        cpu::GradWrite::Add, cpu::GradWrite::Add);
+    dev.matmulBackward(da.data, db.data, a.data, b.data, dc.data, m, n, k, transA, transB,
+                       cpu::GradWrite::Add, cpu::GradWrite::Add);
     return;
   }
   case OpKind::BiasAddBwd: {
     Operand dy = in(ctx, 0), dx = out(ctx, 0, false), dbias = out(ctx, 1, true);
-    cpu::biasAddBackward(dx.data, dbias.data, dy.data, dy.numel() / dbias.numel(), dbias.numel());
+    dev.biasAddBackward(dx.data, dbias.data, dy.data, dy.numel() / dbias.numel(), dbias.numel());
     return;
   }
   case OpKind::RoPEBwd: {
     Operand dy = in(ctx, 0), dx = out(ctx, 0, false);
     int64_t heads = op.intAttr("heads");
-    cpu::ropeBackward(dx.data, dy.data, dy.shape[0], dy.shape[1], heads, dy.shape[2] / heads,
-                      op.numberAttr("theta"));
+    dev.ropeBackward(dx.data, dy.data, dy.shape[0], dy.shape[1], heads, dy.shape[2] / heads,
+                     op.numberAttr("theta"));
     return;
   }
   case OpKind::AttentionBwd: {
     Operand q = in(ctx, 0), k = in(ctx, 1), v = in(ctx, 2), dy = in(ctx, 3);
     Operand dq = out(ctx, 0, false), dk = out(ctx, 1, false), dv = out(ctx, 2, false);
     int64_t heads = op.intAttr("heads");
-    cpu::attentionBackward(dq.data, dk.data, dv.data, q.data, k.data, v.data, dy.data, q.shape[0],
-                           q.shape[1], heads, op.intAttr("kv_heads"), q.shape[2] / heads,
-                           op.boolAttr("causal"));
+    dev.attentionBackward(dq.data, dk.data, dv.data, q.data, k.data, v.data, dy.data, q.shape[0],
+                          q.shape[1], heads, op.intAttr("kv_heads"), q.shape[2] / heads,
+                          op.boolAttr("causal"));
     return;
   }
   case OpKind::GELUBwd: {
     Operand x = in(ctx, 0), dy = in(ctx, 1), dx = out(ctx, 0, false);
-    cpu::geluBackward(dx.data, x.data, dy.data, x.numel());
+    dev.geluBackward(dx.data, x.data, dy.data, x.numel());
     return;
   }
   case OpKind::SwiGLUBwd: {
     Operand gate = in(ctx, 0), up = in(ctx, 1), dy = in(ctx, 2);
     Operand dgate = out(ctx, 0, false), dup = out(ctx, 1, false);
     int64_t ffn = gate.shape.back();
-    cpu::swigluBackward(dgate.data, dup.data, gate.data, up.data, dy.data, gate.numel() / ffn,
-                        ffn);
+    dev.swigluBackward(dgate.data, dup.data, gate.data, up.data, dy.data, gate.numel() / ffn, ffn);
     return;
   }
   case OpKind::ResidualAddBwd: {
     Operand dy = in(ctx, 0), da = out(ctx, 0, false), db = out(ctx, 1, false);
-    cpu::residualAddBackward(da.data, db.data, dy.data, dy.numel());
+    dev.residualAddBackward(da.data, db.data, dy.data, dy.numel());
     return;
   }
   default:
@@ -372,7 +371,12 @@ template <typename T> void OpInterpreter<T>::executeBackward(Context &ctx) {
   }
 }
 
-template class OpInterpreter<float>;
-template class OpInterpreter<double>;
+template class OpInterpreter<CpuDevice<float>>;
+template class OpInterpreter<CpuDevice<double>>;
+#ifdef PARC_HAVE_CUDA
+template class OpInterpreter<CudaDevice<float>>;
+template class OpInterpreter<CudaDevice<__nv_bfloat16>>;
+template class OpInterpreter<CudaDevice<__half>>;
+#endif
 
 } // namespace parc::runtime

@@ -2,7 +2,9 @@
 
 #include "parc/Runtime/Optimizer.h"
 
-#include "parc/Runtime/Kernels.h"
+#ifdef PARC_HAVE_CUDA
+#include "parc/Runtime/CudaDevice.h"
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -15,18 +17,23 @@ double learningRate(const plan::TrainSettings &train, int64_t step) {
   return train.lr * std::min(1.0, double(step + 1) / double(train.warmupSteps));
 }
 
-template <typename T>
-StepStats optimizerStep(ParamStore<T> &params, Communicator &comm, const plan::RankPlan &plan,
+template <typename D>
+StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::RankPlan &plan,
                         const plan::Instr &instr, int64_t step) {
+  using T = typename D::Value;
+  using Param = typename ParamStore<D>::Param;
+  D &dev = params.device();
   StepStats stats;
-  for (typename ParamStore<T>::Param &param : params.all())
+  std::vector<std::pair<const T *, int64_t>> normed;
+  for (Param &param : params.all())
     if (param.shard->countsInGradNorm)
-      stats.localSquares += cpu::squaredSum(param.grad + param.ownedBegin, param.ownedCount());
+      normed.emplace_back(param.grad + param.ownedBegin, param.ownedCount());
+  stats.localSquares = dev.squaredSum(normed);
   double squares = stats.localSquares;
   for (plan::Group group : instr.normGroups) {
     const std::vector<int64_t> &ranks = plan.groups.get(group);
     if (!ranks.empty())
-      comm.allReduce(ranks, &squares, 1);
+      dev.allReduceHost(comm, ranks, &squares, 1);
   }
   stats.gradNorm = std::sqrt(squares);
   if (!std::isfinite(stats.gradNorm))
@@ -36,12 +43,12 @@ StepStats optimizerStep(ParamStore<T> &params, Communicator &comm, const plan::R
   if (train.gradClip > 0 && stats.gradNorm > train.gradClip) {
     stats.clipped = true;
     double factor = train.gradClip / (stats.gradNorm + 1e-6);
-    for (typename ParamStore<T>::Param &param : params.all())
-      cpu::scale(param.grad + param.ownedBegin, param.ownedCount(), factor);
+    for (Param &param : params.all())
+      dev.scale(param.grad + param.ownedBegin, param.ownedCount(), factor);
   }
 
   stats.lr = learningRate(train, step);
-  for (typename ParamStore<T>::Param &param : params.all()) {
+  for (Param &param : params.all()) {
     int64_t count = param.ownedCount();
     if (count == 0)
       continue;
@@ -49,6 +56,10 @@ StepStats optimizerStep(ParamStore<T> &params, Communicator &comm, const plan::R
     double decay = param.shard->shape.size() >= 2 ? train.weightDecay : 0.0;
     T *weights = params.ownedWeights(param);
     const T *grad = param.grad + param.ownedBegin;
+    if (D::KeepsMasterWeights && !param.master.allocated()) {
+      param.master = params.optimizerBuffer(size_t(count));
+      dev.initMaster(param.master.data(), weights, count);
+    }
     if (train.optimizer == plan::Optimizer::Adam) {
       if (!param.moment1.allocated()) {
         param.moment1 = params.optimizerBuffer(size_t(count));
@@ -61,7 +72,8 @@ StepStats optimizerStep(ParamStore<T> &params, Communicator &comm, const plan::R
       config.eps = train.eps;
       config.weightDecay = decay;
       config.step = step + 1;
-      cpu::adamwStep(weights, grad, param.moment1.data(), param.moment2.data(), count, config);
+      dev.adamwStep(weights, param.master.data(), grad, param.moment1.data(), param.moment2.data(),
+                    count, config);
     } else {
       if (train.momentum != 0 && !param.moment1.allocated())
         param.moment1 = params.optimizerBuffer(size_t(count));
@@ -69,8 +81,8 @@ StepStats optimizerStep(ParamStore<T> &params, Communicator &comm, const plan::R
       config.lr = stats.lr;
       config.momentum = train.momentum;
       config.weightDecay = decay;
-      cpu::sgdStep(weights, grad, param.moment1.allocated() ? param.moment1.data() : nullptr, count,
-                   config);
+      dev.sgdStep(weights, param.master.data(), grad,
+                  param.moment1.allocated() ? param.moment1.data() : nullptr, count, config);
     }
   }
   params.clearGrads();
@@ -78,9 +90,16 @@ StepStats optimizerStep(ParamStore<T> &params, Communicator &comm, const plan::R
   return stats;
 }
 
-template StepStats optimizerStep(ParamStore<float> &, Communicator &, const plan::RankPlan &,
-                                 const plan::Instr &, int64_t);
-template StepStats optimizerStep(ParamStore<double> &, Communicator &, const plan::RankPlan &,
-                                 const plan::Instr &, int64_t);
+#define PARC_INSTANTIATE(D)                                                                        \
+  template StepStats optimizerStep(ParamStore<D> &, Communicator &, const plan::RankPlan &,        \
+                                   const plan::Instr &, int64_t);
+PARC_INSTANTIATE(CpuDevice<float>)
+PARC_INSTANTIATE(CpuDevice<double>)
+#ifdef PARC_HAVE_CUDA
+PARC_INSTANTIATE(CudaDevice<float>)
+PARC_INSTANTIATE(CudaDevice<__nv_bfloat16>)
+PARC_INSTANTIATE(CudaDevice<__half>)
+#endif
+#undef PARC_INSTANTIATE
 
 } // namespace parc::runtime

@@ -2,8 +2,9 @@
 
 #include "parc/Runtime/ParamStore.h"
 
-#include "parc/Runtime/Init.h"
-#include "parc/Runtime/Kernels.h"
+#ifdef PARC_HAVE_CUDA
+#include "parc/Runtime/CudaDevice.h"
+#endif
 
 #include "llvm/ADT/Twine.h"
 
@@ -23,9 +24,9 @@ bool isPartitionInstr(plan::InstrKind op) {
 }
 } // namespace
 
-template <typename T>
-ParamStore<T>::ParamStore(const plan::RankPlan &plan, MemoryTracker &memory)
-    : plan(plan), memory(memory) {
+template <typename D>
+ParamStore<D>::ParamStore(const plan::RankPlan &plan, D &device)
+    : plan(plan), dev(device), memory(device.memory()) {
   params.resize(plan.params.size());
   for (size_t i = 0; i < plan.params.size(); ++i) {
     Param &param = params[i];
@@ -39,7 +40,7 @@ ParamStore<T>::ParamStore(const plan::RankPlan &plan, MemoryTracker &memory)
   }
 }
 
-template <typename T> llvm::Error ParamStore<T>::buildPartitions() {
+template <typename D> llvm::Error ParamStore<D>::buildPartitions() {
   for (size_t index = 0; index < plan.schedule.size(); ++index) {
     const plan::Instr &instr = plan.schedule[index];
     if (!isPartitionInstr(instr.op))
@@ -92,7 +93,7 @@ template <typename T> llvm::Error ParamStore<T>::buildPartitions() {
   return llvm::Error::success();
 }
 
-template <typename T> void ParamStore<T>::initialize(uint64_t seed) {
+template <typename D> void ParamStore<D>::initialize(uint64_t seed) {
   int64_t gradElements = 0;
   for (const Partition &partition : parts)
     gradElements += partition.padded();
@@ -114,31 +115,31 @@ template <typename T> void ParamStore<T>::initialize(uint64_t seed) {
     nextGrad += param.numel;
     param.storage = Buffer<T>(memory, MemoryCategory::Weights, size_t(param.numel));
     param.value = param.storage.data();
-    initShard(param.value, seed, *param.shard);
+    dev.initShard(param.value, seed, *param.shard);
   }
   for (Partition &partition : parts) {
     partition.weights = Buffer<T>(memory, MemoryCategory::Weights, size_t(partition.padded()));
     pointInto(partition);
     for (size_t i : partition.params)
-      initShard(params[i].value, seed, *params[i].shard);
+      dev.initShard(params[i].value, seed, *params[i].shard);
     if (partition.zero3)
       release(partition);
   }
 }
 
-template <typename T> typename ParamStore<T>::Param *ParamStore<T>::find(llvm::StringRef name) {
+template <typename D> typename ParamStore<D>::Param *ParamStore<D>::find(llvm::StringRef name) {
   auto it = byName.find(name);
   return it == byName.end() ? nullptr : &params[it->second];
 }
 
-template <typename T>
-typename ParamStore<T>::Param *ParamStore<T>::gradOwner(llvm::StringRef gradName) {
+template <typename D>
+typename ParamStore<D>::Param *ParamStore<D>::gradOwner(llvm::StringRef gradName) {
   if (!gradName.consume_back(".grad"))
     return nullptr;
   return find(gradName);
 }
 
-template <typename T> std::vector<size_t> ParamStore<T>::resolve(const plan::Instr &instr) const {
+template <typename D> std::vector<size_t> ParamStore<D>::resolve(const plan::Instr &instr) const {
   std::vector<size_t> indices;
   for (const std::string &name : instr.params) {
     auto it = byName.find(name);
@@ -150,8 +151,8 @@ template <typename T> std::vector<size_t> ParamStore<T>::resolve(const plan::Ins
   return indices;
 }
 
-template <typename T>
-typename ParamStore<T>::Partition &ParamStore<T>::partitionOf(const plan::Instr &instr) {
+template <typename D>
+typename ParamStore<D>::Partition &ParamStore<D>::partitionOf(const plan::Instr &instr) {
   std::vector<size_t> members = resolve(instr);
   int64_t index = params[members.front()].partition;
   if (index < 0 || parts[size_t(index)].params != members)
@@ -160,8 +161,8 @@ typename ParamStore<T>::Partition &ParamStore<T>::partitionOf(const plan::Instr 
   return parts[size_t(index)];
 }
 
-template <typename T>
-void ParamStore<T>::allReduceGrads(Communicator &comm, const plan::Instr &instr) {
+template <typename D>
+void ParamStore<D>::allReduceGrads(Communicator &comm, const plan::Instr &instr) {
   std::vector<size_t> members = resolve(instr);
   int64_t total = 0;
   bool adjacent = true;
@@ -180,55 +181,55 @@ void ParamStore<T>::allReduceGrads(Communicator &comm, const plan::Instr &instr)
     flat = scratch.data();
     int64_t offset = 0;
     for (size_t i : members) {
-      std::copy_n(params[i].grad, params[i].numel, flat + offset);
+      dev.copy(flat + offset, params[i].grad, params[i].numel);
       offset += params[i].numel;
     }
   }
   const std::vector<int64_t> &group = plan.groups.get(instr.group);
   comm.allReduce(group, flat, size_t(total));
   if (instr.average)
-    cpu::scale(flat, total, 1.0 / double(group.size()));
+    dev.scale(flat, total, 1.0 / double(group.size()));
   if (adjacent)
     return;
   int64_t offset = 0;
   for (size_t i : members) {
-    std::copy_n(flat + offset, params[i].numel, params[i].grad);
+    dev.copy(params[i].grad, flat + offset, params[i].numel);
     offset += params[i].numel;
   }
 }
 
-template <typename T>
-void ParamStore<T>::reduceScatterGrads(Communicator &comm, const plan::Instr &instr) {
+template <typename D>
+void ParamStore<D>::reduceScatterGrads(Communicator &comm, const plan::Instr &instr) {
   Partition &partition = partitionOf(instr);
   Buffer<T> owned(memory, MemoryCategory::Grads, size_t(partition.perMember));
   comm.reduceScatter(partition.group, partition.grads, owned.data(), size_t(partition.perMember));
   if (instr.average)
-    cpu::scale(owned.data(), partition.perMember, 1.0 / double(partition.group.size()));
+    dev.scale(owned.data(), partition.perMember, 1.0 / double(partition.group.size()));
   // Only the owned range is meaningful afterwards; the optimizer reads nothing else.
-  std::copy_n(owned.data(), partition.perMember, partition.grads + partition.ownedLo());
+  dev.copy(partition.grads + partition.ownedLo(), owned.data(), partition.perMember);
 }
 
-template <typename T> void ParamStore<T>::pointInto(Partition &partition) {
+template <typename D> void ParamStore<D>::pointInto(Partition &partition) {
   for (size_t i : partition.params)
     params[i].value =
         partition.weights.allocated() ? partition.weights.data() + params[i].flatOffset : nullptr;
 }
 
-template <typename T> void ParamStore<T>::release(Partition &partition) {
+template <typename D> void ParamStore<D>::release(Partition &partition) {
   if (!partition.weights.allocated())
     return;
   partition.owned = Buffer<T>(memory, MemoryCategory::Weights, size_t(partition.perMember));
-  std::copy_n(partition.weights.data() + partition.ownedLo(), partition.perMember,
-              partition.owned.data());
+  dev.copy(partition.owned.data(), partition.weights.data() + partition.ownedLo(),
+           partition.perMember);
   partition.weights.reset();
   pointInto(partition);
 }
 
-template <typename T> void ParamStore<T>::gather(Communicator &comm, Partition &partition) {
+template <typename D> void ParamStore<D>::gather(Communicator &comm, Partition &partition) {
   if (!partition.weights.allocated()) {
     partition.weights = Buffer<T>(memory, MemoryCategory::Weights, size_t(partition.padded()));
-    std::copy_n(partition.owned.data(), partition.perMember,
-                partition.weights.data() + partition.ownedLo());
+    dev.copy(partition.weights.data() + partition.ownedLo(), partition.owned.data(),
+             partition.perMember);
     partition.owned.reset();
     pointInto(partition);
   }
@@ -237,33 +238,38 @@ template <typename T> void ParamStore<T>::gather(Communicator &comm, Partition &
                  partition.weights.data(), size_t(partition.perMember));
 }
 
-template <typename T>
-void ParamStore<T>::allGatherParams(Communicator &comm, const plan::Instr &instr) {
+template <typename D>
+void ParamStore<D>::allGatherParams(Communicator &comm, const plan::Instr &instr) {
   gather(comm, partitionOf(instr));
 }
 
-template <typename T> void ParamStore<T>::releaseParams(const plan::Instr &instr) {
+template <typename D> void ParamStore<D>::releaseParams(const plan::Instr &instr) {
   release(partitionOf(instr));
 }
 
-template <typename T> void ParamStore<T>::gatherAll(Communicator &comm) {
+template <typename D> void ParamStore<D>::gatherAll(Communicator &comm) {
   for (Partition &partition : parts)
     if (!partition.weights.allocated())
       gather(comm, partition);
 }
 
-template <typename T> void ParamStore<T>::clearGrads() {
-  std::fill_n(gradStorage.data(), gradStorage.size(), T(0));
+template <typename D> void ParamStore<D>::clearGrads() {
+  dev.fill(gradStorage.data(), int64_t(gradStorage.size()), 0.0);
 }
 
-template <typename T> T *ParamStore<T>::ownedWeights(Param &param) {
+template <typename D> typename D::Value *ParamStore<D>::ownedWeights(Param &param) {
   if (param.value)
     return param.value + param.ownedBegin;
   Partition &partition = parts[size_t(param.partition)];
   return partition.owned.data() + param.flatOffset + param.ownedBegin - partition.ownedLo();
 }
 
-template class ParamStore<float>;
-template class ParamStore<double>;
+template class ParamStore<CpuDevice<float>>;
+template class ParamStore<CpuDevice<double>>;
+#ifdef PARC_HAVE_CUDA
+template class ParamStore<CudaDevice<float>>;
+template class ParamStore<CudaDevice<__nv_bfloat16>>;
+template class ParamStore<CudaDevice<__half>>;
+#endif
 
 } // namespace parc::runtime

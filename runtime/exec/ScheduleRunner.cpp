@@ -3,6 +3,9 @@
 #include "parc/Runtime/ScheduleRunner.h"
 
 #include "parc/Runtime/Executor.h"
+#ifdef PARC_HAVE_CUDA
+#include "parc/Runtime/CudaDevice.h"
+#endif
 
 #include "llvm/ADT/STLExtras.h"
 
@@ -55,12 +58,11 @@ std::string describeInstr(const plan::Instr &instr) {
   return op;
 }
 
-template <typename T>
-ScheduleRunner<T>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm,
-                                  MemoryTracker &memory, ParamStore<T> &params,
-                                  const TokenStream &data)
-    : plan(plan), comm(comm), memory(memory), params(params), data(data),
-      interpreter(plan, params, comm, memory), worldRanks(size_t(plan.world)) {
+template <typename D>
+ScheduleRunner<D>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm,
+                                  ParamStore<D> &params, const TokenStream &data)
+    : plan(plan), comm(comm), params(params), dev(params.device()), memory(dev.memory()),
+      data(data), interpreter(plan, params, comm), worldRanks(size_t(plan.world)) {
   std::iota(worldRanks.begin(), worldRanks.end(), 0);
   for (const plan::Chunk &chunk : plan.chunks)
     liveness.push_back(ChunkLiveness::analyze(chunk));
@@ -71,18 +73,18 @@ bool reportsLoss(const plan::RankPlan &plan) {
          llvm::any_of(plan.chunks, [](const plan::Chunk &c) { return c.hasHead; });
 }
 
-template <typename T> bool ScheduleRunner<T>::reportsLoss() const {
+template <typename D> bool ScheduleRunner<D>::reportsLoss() const {
   return runtime::reportsLoss(plan);
 }
 
-template <typename T> const plan::Chunk &ScheduleRunner<T>::chunkAt(int64_t index) const {
+template <typename D> const plan::Chunk &ScheduleRunner<D>::chunkAt(int64_t index) const {
   if (index < 0 || index >= int64_t(plan.chunks.size()))
     scheduleError("chunk " + std::to_string(index) + " does not exist on this rank");
   return plan.chunks[size_t(index)];
 }
 
-template <typename T>
-std::vector<int64_t> ScheduleRunner<T>::declaredShape(const plan::Chunk &chunk,
+template <typename D>
+std::vector<int64_t> ScheduleRunner<D>::declaredShape(const plan::Chunk &chunk,
                                                       const std::string &name) const {
   auto it = chunk.tensors.find(name);
   if (it == chunk.tensors.end())
@@ -91,13 +93,13 @@ std::vector<int64_t> ScheduleRunner<T>::declaredShape(const plan::Chunk &chunk,
   return it->second.shape;
 }
 
-template <typename T>
-int64_t ScheduleRunner<T>::transferTag(int64_t boundary, int64_t microbatch, bool gradient) const {
+template <typename D>
+int64_t ScheduleRunner<D>::transferTag(int64_t boundary, int64_t microbatch, bool gradient) const {
   return (boundary * plan.parallel.microbatches + microbatch) * 2 + (gradient ? 1 : 0);
 }
 
-template <typename T>
-Tensor<T> ScheduleRunner<T>::takeFrom(Key key, const std::string &name, bool copy) {
+template <typename D>
+Tensor<typename D::Value> ScheduleRunner<D>::takeFrom(Key key, const std::string &name, bool copy) {
   auto env = envs.find(key);
   if (env == envs.end() || !env->second.values.count(name))
     scheduleError("'" + name + "' of chunk " + std::to_string(key.first) + ", mb " +
@@ -106,11 +108,11 @@ Tensor<T> ScheduleRunner<T>::takeFrom(Key key, const std::string &name, bool cop
   if (!copy)
     return std::move(source);
   Tensor<T> result(memory, MemoryCategory::Activations, source.shape);
-  std::copy_n(source.data(), source.numel(), result.data());
+  dev.copy(result.data(), source.data(), source.numel());
   return result;
 }
 
-template <typename T> StepResult ScheduleRunner<T>::runStep(int64_t step) {
+template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
   stepLossSum = 0;
   stepped = false;
   llvm::ArrayRef<plan::Instr> schedule = plan.schedule;
@@ -151,7 +153,7 @@ template <typename T> StepResult ScheduleRunner<T>::runStep(int64_t step) {
   if (holdsLoss)
     losses[size_t(plan.rank)] = stepLossSum;
   try {
-    comm.allReduce(worldRanks, losses.data(), losses.size());
+    dev.allReduceHost(comm, worldRanks, losses.data(), losses.size());
   } catch (const CommError &error) {
     throw CommError("step " + std::to_string(step + 1) +
                     ", after the schedule (the loss all-reduce over all ranks): " + error.what());
@@ -173,7 +175,7 @@ template <typename T> StepResult ScheduleRunner<T>::runStep(int64_t step) {
   return result;
 }
 
-template <typename T> void ScheduleRunner<T>::runInstr(const plan::Instr &instr, int64_t step) {
+template <typename D> void ScheduleRunner<D>::runInstr(const plan::Instr &instr, int64_t step) {
   switch (instr.op) {
   case InstrKind::LoadBatch:
     return loadBatch(instr.microbatch, step);
@@ -201,13 +203,13 @@ template <typename T> void ScheduleRunner<T>::runInstr(const plan::Instr &instr,
   }
 }
 
-template <typename T> void ScheduleRunner<T>::afterOptimizer(const StepStats &stats, int64_t step) {
+template <typename D> void ScheduleRunner<D>::afterOptimizer(const StepStats &stats, int64_t step) {
   if (stats.updated)
     return;
   // The norm is global, so every rank is here; find out together whose gradients broke it.
   std::vector<double> flags(size_t(plan.world), 0.0);
   flags[size_t(plan.rank)] = std::isfinite(stats.localSquares) ? 0.0 : 1.0;
-  comm.allReduce(worldRanks, flags.data(), flags.size());
+  dev.allReduceHost(comm, worldRanks, flags.data(), flags.size());
   std::vector<int64_t> culprits;
   for (size_t r = 0; r < flags.size(); ++r)
     if (flags[r] != 0)
@@ -219,7 +221,7 @@ template <typename T> void ScheduleRunner<T>::afterOptimizer(const StepStats &st
                     "; stopping before the update (lower the learning rate or enable grad_clip)");
 }
 
-template <typename T> void ScheduleRunner<T>::loadBatch(int64_t microbatch, int64_t step) {
+template <typename D> void ScheduleRunner<D>::loadBatch(int64_t microbatch, int64_t step) {
   int64_t seq = plan.model.seq, batch = plan.parallel.microBatch;
   std::vector<int64_t> tokens(size_t(batch * seq)), labels(size_t(batch * seq));
   data.microbatch(uint64_t(plan.train.seed), step, plan.parallel, plan.coords.dp, microbatch, seq,
@@ -232,7 +234,7 @@ template <typename T> void ScheduleRunner<T>::loadBatch(int64_t microbatch, int6
                       " is not declared [micro_batch, seq]");
       Tensor<int64_t> &tensor = envs[{chunk.index, microbatch}].ids[name];
       tensor = Tensor<int64_t>(memory, MemoryCategory::Activations, shape);
-      std::copy(values.begin(), values.end(), tensor.data());
+      dev.uploadIds(tensor.data(), values.data(), int64_t(values.size()));
     };
     if (chunk.hasEmbedding)
       place("tokens", tokens);
@@ -241,7 +243,7 @@ template <typename T> void ScheduleRunner<T>::loadBatch(int64_t microbatch, int6
   }
 }
 
-template <typename T> void ScheduleRunner<T>::forward(int64_t index, int64_t microbatch) {
+template <typename D> void ScheduleRunner<D>::forward(int64_t index, int64_t microbatch) {
   const plan::Chunk &chunk = chunkAt(index);
   ChunkEnv<T> &env = envs[{index, microbatch}];
   if (!chunk.input.empty() && !env.has(chunk.input)) {
@@ -262,11 +264,11 @@ template <typename T> void ScheduleRunner<T>::forward(int64_t index, int64_t mic
     auto loss = env.values.find("loss");
     if (loss == env.values.end())
       scheduleError("the head chunk's forward did not write 'loss'");
-    stepLossSum += double(loss->second.data()[0]);
+    stepLossSum += interpreter.lastLoss();
   }
 }
 
-template <typename T> void ScheduleRunner<T>::backward(int64_t index, int64_t microbatch) {
+template <typename D> void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch) {
   const plan::Chunk &chunk = chunkAt(index);
   auto found = envs.find({index, microbatch});
   if (found == envs.end())
@@ -277,7 +279,7 @@ template <typename T> void ScheduleRunner<T>::backward(int64_t index, int64_t mi
     // the mean over all of this replica's tokens.
     Tensor<T> &seed = env.values["loss.grad"];
     seed = Tensor<T>(memory, MemoryCategory::Activations, declaredShape(chunk, "loss.grad"));
-    seed.data()[0] = T(1) / T(plan.parallel.microbatches);
+    dev.fill(seed.data(), seed.numel(), 1.0 / double(plan.parallel.microbatches));
   }
   std::string outputGrad = chunk.output.empty() ? "" : plan::gradName(chunk.output);
   if (!outputGrad.empty() && !env.has(outputGrad)) {
@@ -303,7 +305,7 @@ template <typename T> void ScheduleRunner<T>::backward(int64_t index, int64_t mi
     envs.erase(found);
 }
 
-template <typename T> void ScheduleRunner<T>::runTransfers(llvm::ArrayRef<plan::Instr> run) {
+template <typename D> void ScheduleRunner<D>::runTransfers(llvm::ArrayRef<plan::Instr> run) {
   std::vector<Transfer> transfers;
   for (const plan::Instr &instr : run) {
     const plan::Chunk &chunk = chunkAt(instr.chunk);
@@ -356,7 +358,12 @@ template <typename T> void ScheduleRunner<T>::runTransfers(llvm::ArrayRef<plan::
   }
 }
 
-template class ScheduleRunner<float>;
-template class ScheduleRunner<double>;
+template class ScheduleRunner<CpuDevice<float>>;
+template class ScheduleRunner<CpuDevice<double>>;
+#ifdef PARC_HAVE_CUDA
+template class ScheduleRunner<CudaDevice<float>>;
+template class ScheduleRunner<CudaDevice<__nv_bfloat16>>;
+template class ScheduleRunner<CudaDevice<__half>>;
+#endif
 
 } // namespace parc::runtime

@@ -2,6 +2,10 @@
 
 #include "parc/Runtime/WeightDump.h"
 
+#ifdef PARC_HAVE_CUDA
+#include "parc/Runtime/CudaDevice.h"
+#endif
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"
@@ -96,7 +100,7 @@ struct WholeTensor {
 };
 
 /// Copies a shard (row-major over its slice sizes) into its place in the whole tensor.
-template <typename T> void place(WholeTensor &whole, const ShardInfo &shard, const T *values) {
+void place(WholeTensor &whole, const ShardInfo &shard, const double *values) {
   size_t rank = shard.shape.size();
   std::vector<int64_t> strides(rank, 1), local(rank, 0);
   for (size_t d = rank; d-- > 1;)
@@ -119,22 +123,33 @@ template <typename T> void place(WholeTensor &whole, const ShardInfo &shard, con
 }
 } // namespace
 
-template <typename T>
-void dumpWeights(Communicator &comm, ParamStore<T> &params, const plan::RankPlan &plan,
-                 const RankSummary &summary, llvm::StringRef path) {
+template <typename D>
+void dumpWeights(Communicator &comm, ParamStore<D> &params, const plan::RankPlan &plan,
+                 const RankSummary &summary, llvm::StringRef precision, llvm::StringRef path) {
+  using T = typename D::Value;
+  D &dev = params.device();
+  MemoryTracker &memory = dev.memory();
   params.gatherAll(comm);
-  std::vector<T> mine;
-  for (typename ParamStore<T>::Param &param : params.all())
-    mine.insert(mine.end(), param.value, param.value + param.numel);
+  // Staged on the device: the communicator moves device buffers where the ranks run on GPUs.
+  int64_t total = 0;
+  for (typename ParamStore<D>::Param &param : params.all())
+    total += param.numel;
+  Buffer<T> mine(memory, MemoryCategory::Activations, size_t(total));
+  int64_t offset = 0;
+  for (typename ParamStore<D>::Param &param : params.all()) {
+    dev.copy(mine.data() + offset, param.value, param.numel);
+    offset += param.numel;
+  }
   std::vector<std::string> descriptions = comm.agree(describeShards(plan));
   if (comm.rank() != 0) {
-    if (!mine.empty())
+    if (total)
       comm.send(0, DumpTag, mine.data(), mine.size());
+    dev.synchronize();
     return;
   }
 
   std::vector<std::vector<ShardInfo>> shards;
-  std::vector<std::vector<T>> values(descriptions.size());
+  std::vector<Buffer<T>> values(descriptions.size());
   std::vector<Transfer> receives;
   values[0] = std::move(mine);
   for (size_t r = 0; r < descriptions.size(); ++r) {
@@ -144,7 +159,7 @@ void dumpWeights(Communicator &comm, ParamStore<T> &params, const plan::RankPlan
     int64_t count = 0;
     for (const ShardInfo &shard : shards.back())
       count += shard.numel();
-    values[r].resize(size_t(count));
+    values[r] = Buffer<T>(memory, MemoryCategory::Activations, size_t(count));
     if (count)
       receives.push_back(Transfer::recv(int64_t(r), DumpTag, values[r].data(), size_t(count)));
   }
@@ -152,7 +167,8 @@ void dumpWeights(Communicator &comm, ParamStore<T> &params, const plan::RankPlan
 
   std::map<std::string, WholeTensor> tensors;
   for (size_t r = 0; r < shards.size(); ++r) {
-    const T *next = values[r].data();
+    std::vector<double> host = dev.download(values[r].data(), int64_t(values[r].size()));
+    const double *next = host.data();
     for (const ShardInfo &shard : shards[r]) {
       WholeTensor &whole = tensors[shard.name];
       if (whole.shape.empty()) {
@@ -186,7 +202,7 @@ void dumpWeights(Communicator &comm, ParamStore<T> &params, const plan::RankPlan
   json.object([&] {
     json.attribute("format", "parrun-weights/1");
     json.attribute("plan_id", plan.planId);
-    json.attribute("precision", sizeof(T) == 8 ? "fp64" : "fp32");
+    json.attribute("precision", precision);
     json.attribute("steps", int64_t(summary.losses.size()));
     json.attributeArray("losses", [&] {
       for (double loss : summary.losses)
@@ -222,9 +238,16 @@ void dumpWeights(Communicator &comm, ParamStore<T> &params, const plan::RankPlan
                              "': " + file.error().message());
 }
 
-template void dumpWeights(Communicator &, ParamStore<float> &, const plan::RankPlan &,
-                          const RankSummary &, llvm::StringRef);
-template void dumpWeights(Communicator &, ParamStore<double> &, const plan::RankPlan &,
-                          const RankSummary &, llvm::StringRef);
+#define PARC_INSTANTIATE(D)                                                                        \
+  template void dumpWeights(Communicator &, ParamStore<D> &, const plan::RankPlan &,               \
+                            const RankSummary &, llvm::StringRef, llvm::StringRef);
+PARC_INSTANTIATE(CpuDevice<float>)
+PARC_INSTANTIATE(CpuDevice<double>)
+#ifdef PARC_HAVE_CUDA
+PARC_INSTANTIATE(CudaDevice<float>)
+PARC_INSTANTIATE(CudaDevice<__nv_bfloat16>)
+PARC_INSTANTIATE(CudaDevice<__half>)
+#endif
+#undef PARC_INSTANTIATE
 
 } // namespace parc::runtime

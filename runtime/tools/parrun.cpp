@@ -1,11 +1,13 @@
 //===- parrun.cpp - Execute the rank plans parc wrote ---------------------===//
 //
-//   parrun PLANS_DIR [--steps N] [--data FILE] [--comm=local|mpi] [--precision=fp32|fp64]
-//          [--backend=cpu|cuda] [--log-every K] [--timeout SECONDS] [--dump-weights FILE]
+//   parrun PLANS_DIR [--steps N] [--data FILE] [--comm=local|mpi|nccl]
+//          [--precision=fp32|fp64|bf16|fp16] [--backend=cpu|cuda] [--log-every K]
+//          [--timeout SECONDS] [--dump-weights FILE]
 //
-// --comm=local (the default outside mpirun) runs every rank as a thread of this process;
+// --comm=local (the default outside mpirun) runs every rank as a thread of this process (on
+// CUDA, all of them on GPU 0); --comm=nccl (CUDA) runs them as threads with a GPU each;
 // --comm=mpi (the default when launched by mpirun) makes this process the rank MPI gives it:
-// `mpirun -np WORLD parrun PLANS_DIR`.
+// `mpirun -np WORLD parrun PLANS_DIR` (on CUDA, NCCL between the processes' GPUs).
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,7 +24,7 @@ using namespace llvm;
 
 namespace {
 
-enum class CommKind { Default, Local, MPI };
+enum class CommChoice { Default, Local, NCCL, MPI };
 
 cl::OptionCategory parrunCategory("parrun options");
 cl::opt<std::string> planDir(cl::Positional, cl::desc("<plans dir>"), cl::Required,
@@ -33,24 +35,31 @@ cl::opt<std::string> dataPath("data",
                               cl::desc("Train on the bytes of FILE (vocab 256) instead of "
                                        "synthetic tokens"),
                               cl::value_desc("FILE"), cl::cat(parrunCategory));
-cl::opt<CommKind>
-    commKind("comm", cl::desc("How ranks talk (default: mpi under mpirun, else local)"),
-             cl::init(CommKind::Default),
-             cl::values(clEnumValN(CommKind::Local, "local", "every rank a thread of this process"),
-                        clEnumValN(CommKind::MPI, "mpi", "this process is one MPI rank")),
-             cl::cat(parrunCategory));
+cl::opt<CommChoice>
+    commChoice("comm", cl::desc("How ranks talk (default: mpi under mpirun, else local)"),
+               cl::init(CommChoice::Default),
+               cl::values(clEnumValN(CommChoice::Local, "local",
+                                     "every rank a thread of this process (on CUDA: all on GPU 0)"),
+                          clEnumValN(CommChoice::NCCL, "nccl",
+                                     "every rank a thread with a GPU of its own, NCCL (CUDA only)"),
+                          clEnumValN(CommChoice::MPI, "mpi", "this process is one MPI rank")),
+               cl::cat(parrunCategory));
 cl::opt<parc::runtime::Precision>
-    precision("precision", cl::desc("Arithmetic precision of every buffer"),
+    precision("precision", cl::desc("Element type of every weight, gradient and activation"),
               cl::init(parc::runtime::Precision::FP32),
               cl::values(clEnumValN(parc::runtime::Precision::FP32, "fp32", "float (default)"),
-                         clEnumValN(parc::runtime::Precision::FP64, "fp64", "double")),
+                         clEnumValN(parc::runtime::Precision::FP64, "fp64", "double (CPU only)"),
+                         clEnumValN(parc::runtime::Precision::BF16, "bf16",
+                                    "bfloat16, fp32 master weights (CUDA only)"),
+                         clEnumValN(parc::runtime::Precision::FP16, "fp16",
+                                    "float16, fp32 master weights (CUDA only)")),
               cl::cat(parrunCategory));
-cl::opt<parc::runtime::Backend> backend(
-    "backend", cl::desc("Where the ops run"), cl::init(parc::runtime::Backend::CPU),
-    cl::values(clEnumValN(parc::runtime::Backend::CPU, "cpu", "OpenBLAS kernels (default)"),
-               clEnumValN(parc::runtime::Backend::CUDA, "cuda",
-                          "CUDA kernels; not implemented yet: fails, naming why")),
-    cl::cat(parrunCategory));
+cl::opt<parc::runtime::Backend>
+    backend("backend", cl::desc("Where the ops run"), cl::init(parc::runtime::Backend::CPU),
+            cl::values(clEnumValN(parc::runtime::Backend::CPU, "cpu", "OpenBLAS kernels (default)"),
+                       clEnumValN(parc::runtime::Backend::CUDA, "cuda",
+                                  "CUDA kernels, cuBLAS and NCCL on NVIDIA GPUs")),
+            cl::cat(parrunCategory));
 cl::opt<int64_t> logEvery("log-every", cl::desc("Print every K-th step (and the last)"),
                           cl::value_desc("K"), cl::init(1), cl::cat(parrunCategory));
 cl::opt<double> timeoutSeconds("timeout",
@@ -94,8 +103,16 @@ int main(int argc, char **argv) {
   options.timeoutSeconds = timeoutSeconds;
   options.dumpWeightsPath = dumpWeights;
 
-  bool mpi = commKind == CommKind::MPI || (commKind == CommKind::Default && underMPILauncher());
-  if (mpi)
+  using parc::runtime::CommKind;
+  CommKind comm = commChoice == CommChoice::NCCL    ? CommKind::NCCL
+                  : commChoice == CommChoice::MPI   ? CommKind::MPI
+                  : commChoice == CommChoice::Local ? CommKind::Local
+                  : underMPILauncher()              ? CommKind::MPI
+                                                    : CommKind::Local;
+  std::string incompatible = parc::runtime::incompatibleOptions(options, comm);
+  if (!incompatible.empty())
+    return usage(incompatible);
+  if (comm == CommKind::MPI)
     return parc::runtime::runMPI(&argc, &argv, options, outs(), errs());
-  return parc::runtime::runLocal(options, outs(), errs());
+  return parc::runtime::runLocal(options, comm, outs(), errs());
 }

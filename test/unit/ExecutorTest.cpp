@@ -142,8 +142,8 @@ plan::RankPlan partitionedPlan(int64_t rank) {
 
 TEST(ParamStore, PartitionsFlattenPadAndSplitByPosition) {
   plan::RankPlan first = partitionedPlan(0), second = partitionedPlan(1);
-  MemoryTracker memory;
-  ParamStore<double> a(first, memory), b(second, memory);
+  CpuDevice<double> device;
+  ParamStore<CpuDevice<double>> a(first, device), b(second, device);
   ASSERT_FALSE(bool(a.buildPartitions()));
   ASSERT_FALSE(bool(b.buildPartitions()));
   ASSERT_EQ(a.partitions().size(), 1u);
@@ -151,7 +151,7 @@ TEST(ParamStore, PartitionsFlattenPadAndSplitByPosition) {
   EXPECT_EQ(a.partitions()[0].perMember, 6);
   // Rank 0 owns flat [0, 6): all of a and b's first element; rank 1 [6, 12): the rest.
   using Range = std::pair<int64_t, int64_t>;
-  auto owned = [](ParamStore<double> &store, const char *name) {
+  auto owned = [](ParamStore<CpuDevice<double>> &store, const char *name) {
     auto *param = store.find(name);
     return Range(param->ownedBegin, param->ownedEnd);
   };
@@ -170,8 +170,8 @@ TEST(ParamStore, ZeroCollectivesMatchAnUnpartitionedUpdate) {
   std::vector<std::vector<double>> finals(2);
   std::vector<std::string> errors = world.run([&](Communicator &comm) {
     plan::RankPlan plan = partitionedPlan(comm.rank());
-    MemoryTracker memory;
-    ParamStore<double> store(plan, memory);
+    CpuDevice<double> device;
+    ParamStore<CpuDevice<double>> store(plan, device);
     if (llvm::Error error = store.buildPartitions())
       throw std::runtime_error(llvm::toString(std::move(error)));
     store.initialize(42);
@@ -201,8 +201,8 @@ TEST(ParamStore, ZeroCollectivesMatchAnUnpartitionedUpdate) {
   ASSERT_EQ(finals[0], finals[1]);
   // The reference: initial weights minus lr times the averaged gradient.
   plan::RankPlan plan = partitionedPlan(0);
-  MemoryTracker memory;
-  ParamStore<double> reference(plan, memory);
+  CpuDevice<double> device;
+  ParamStore<CpuDevice<double>> reference(plan, device);
   plan.schedule.clear();
   reference.initialize(42);
   std::vector<double> expected;
@@ -217,8 +217,8 @@ TEST(ParamStore, ZeroCollectivesMatchAnUnpartitionedUpdate) {
 TEST(ParamStore, RejectsTwoDifferentPartitionsOfOneParameter) {
   plan::RankPlan plan = partitionedPlan(0);
   plan.schedule.push_back(plan::Instr::allGatherParams(plan::Group::DP, {"a", "b"}));
-  MemoryTracker memory;
-  ParamStore<double> store(plan, memory);
+  CpuDevice<double> device;
+  ParamStore<CpuDevice<double>> store(plan, device);
   llvm::Error error = store.buildPartitions();
   ASSERT_TRUE(bool(error));
   EXPECT_NE(llvm::toString(std::move(error)).find("with another params list"), std::string::npos);
@@ -276,9 +276,10 @@ TEST(OpInterpreter, CollectivesAndSplitsAlongAnInnerDim) {
   std::vector<std::string> errors = world.run([&](Communicator &comm) {
     int64_t rank = comm.rank();
     plan::RankPlan plan = collectivePlan(rank);
-    MemoryTracker memory;
-    ParamStore<double> params(plan, memory);
-    OpInterpreter<double> interpreter(plan, params, comm, memory);
+    CpuDevice<double> device;
+    MemoryTracker &memory = device.memory();
+    ParamStore<CpuDevice<double>> params(plan, device);
+    OpInterpreter<CpuDevice<double>> interpreter(plan, params, comm);
     ChunkEnv<double> env;
     Tensor<double> &x = env.values["x"];
     x = Tensor<double>(memory, MemoryCategory::Activations, {2, 3, 2});
@@ -323,11 +324,12 @@ TEST(OpInterpreter, ParameterGradientsAccumulateAndOutputsAreWrittenOnce) {
     chunk.tensors = {{"a", {{3}}}, {"b", {{3}}}, {"c", {{3}}}};
     chunk.backward = {makeOp(plan::OpKind::ResidualAdd, {"a", "w"}, {"w.grad"}),
                       makeOp(plan::OpKind::BiasAddBwd, {"a"}, {"c", "w.grad"})};
-    MemoryTracker memory;
-    ParamStore<double> params(plan, memory);
+    CpuDevice<double> device;
+    MemoryTracker &memory = device.memory();
+    ParamStore<CpuDevice<double>> params(plan, device);
     ASSERT_FALSE(bool(params.buildPartitions()));
     params.initialize(1);
-    OpInterpreter<double> interpreter(plan, params, comm, memory);
+    OpInterpreter<CpuDevice<double>> interpreter(plan, params, comm);
     for (int pass = 0; pass < 2; ++pass) {
       ChunkEnv<double> env;
       Tensor<double> &a = env.values["a"];

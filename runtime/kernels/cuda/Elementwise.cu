@@ -1,4 +1,4 @@
-//===- Elementwise.cu - embeddings, bias, residual, activations, rope -----===//
+//===- Elementwise.cu - fill, embeddings, bias, residual, activations, rope ===//
 //
 // One thread per element (grid-stride), fp32 in registers, one rounding to T. Gradients that
 // sum over rows (dbias, the position table) go through columnSumAdd; the embedding's
@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "Common.cuh"
+
+#include <cmath>
 
 namespace parc::runtime::cuda {
 
@@ -216,6 +218,22 @@ void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads,
   // (dx1, dx2) = (dy1 cos + dy2 sin, dy2 cos - dy1 sin)
   rotateHalves(dx, dy, seq, batch, heads, headDim, theta, -1.0, stream, "ropeBackward");
 }
+
+template <typename T> void fill(T *y, int64_t n, float value, cudaStream_t stream) {
+  // y = value; all-zero bits are +0 in every type, which a memset writes fastest
+  if (n <= 0)
+    return;
+  if (value == 0.0f && !std::signbit(value)) {
+    PARC_CUDA_CHECK(cudaMemsetAsync(y, 0, n * sizeof(T), stream), "fill");
+    return;
+  }
+  forEach(n, stream, "fill", [=] __device__(int64_t e) { y[e] = fromFloat<T>(value); });
+}
+
+template void fill(float *, int64_t, float, cudaStream_t);
+template void fill(double *, int64_t, float, cudaStream_t);
+template void fill(__nv_bfloat16 *, int64_t, float, cudaStream_t);
+template void fill(__half *, int64_t, float, cudaStream_t);
 
 #define PARC_INSTANTIATE(T)                                                                        \
   template void embeddingForward(T *, const int64_t *, const T *, int64_t, int64_t, int64_t,       \

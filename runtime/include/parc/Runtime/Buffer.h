@@ -14,7 +14,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 namespace parc::runtime {
@@ -23,11 +22,25 @@ enum class MemoryCategory { Weights, Grads, Optimizer, Activations };
 inline constexpr size_t NumMemoryCategories = 4;
 llvm::StringRef spelling(MemoryCategory category);
 
-/// The bytes one rank holds, per category. One per rank and used only by that rank's thread.
+/// Where a rank's buffers live: host memory (the default) or a GPU, in one arena per
+/// category (CudaDevice.h). Memory it returns is zero-filled, as a new tensor must be.
+class MemorySpace {
+public:
+  virtual ~MemorySpace();
+  virtual void *allocate(MemoryCategory category, size_t bytes) = 0;
+  virtual void release(MemoryCategory category, void *data, size_t bytes) = 0;
+};
+
+/// The bytes one rank holds, per category, and the space they come from. One per rank and used
+/// only by that rank's thread.
 class MemoryTracker {
 public:
-  void allocate(MemoryCategory category, int64_t bytes);
-  void release(MemoryCategory category, int64_t bytes);
+  /// `space` null: host memory.
+  explicit MemoryTracker(MemorySpace *space = nullptr) : space(space) {}
+
+  /// Zero-filled; counted until released.
+  void *allocate(MemoryCategory category, size_t bytes);
+  void release(MemoryCategory category, void *data, size_t bytes);
 
   int64_t current(MemoryCategory category) const { return currentBytes[index(category)]; }
   int64_t peak(MemoryCategory category) const { return peakBytes[index(category)]; }
@@ -37,28 +50,30 @@ public:
 private:
   static size_t index(MemoryCategory category) { return static_cast<size_t>(category); }
 
+  MemorySpace *space;
   std::array<int64_t, NumMemoryCategories> currentBytes{}, peakBytes{};
   int64_t currentTotalBytes = 0, peakTotalBytes = 0;
 };
 
-/// An owning, zero-initialised array whose bytes count against a tracker for its lifetime.
+/// An owning, zero-initialised array in the tracker's space whose bytes count against the
+/// tracker for its lifetime. On a GPU its elements are device memory: only kernels and the
+/// device's copies touch them.
 template <typename E> class Buffer {
 public:
   Buffer() = default;
   Buffer(MemoryTracker &tracker, MemoryCategory category, size_t count)
-      : values(count ? new E[count]() : nullptr), count(count), tracker(&tracker),
-        category(category) {
-    tracker.allocate(category, bytes());
-  }
+      : values(count ? static_cast<E *>(tracker.allocate(category, count * sizeof(E))) : nullptr),
+        count(count), tracker(&tracker), category(category) {}
   ~Buffer() { reset(); }
   Buffer(Buffer &&other) noexcept { *this = std::move(other); }
   Buffer &operator=(Buffer &&other) noexcept {
     if (this != &other) {
       reset();
-      values = std::move(other.values);
+      values = other.values;
       count = other.count;
       tracker = other.tracker;
       category = other.category;
+      other.values = nullptr;
       other.count = 0;
       other.tracker = nullptr;
     }
@@ -69,24 +84,20 @@ public:
 
   /// Frees the array; the buffer is then empty.
   void reset() {
-    if (tracker)
-      tracker->release(category, bytes());
-    values.reset();
+    if (tracker && values)
+      tracker->release(category, values, count * sizeof(E));
+    values = nullptr;
     count = 0;
     tracker = nullptr;
   }
 
-  E *data() { return values.get(); }
-  const E *data() const { return values.get(); }
+  E *data() { return values; }
+  const E *data() const { return values; }
   size_t size() const { return count; }
   bool allocated() const { return tracker != nullptr; }
-  E &operator[](size_t i) { return values[i]; }
-  const E &operator[](size_t i) const { return values[i]; }
 
 private:
-  int64_t bytes() const { return int64_t(count * sizeof(E)); }
-
-  std::unique_ptr<E[]> values;
+  E *values = nullptr;
   size_t count = 0;
   MemoryTracker *tracker = nullptr;
   MemoryCategory category = MemoryCategory::Activations;

@@ -34,7 +34,9 @@
 
 namespace parc::runtime {
 
-enum class ElementType { F32, F64 };
+/// BF16 and F16 are the storage of the CUDA backend's mixed precision: only the device
+/// communicators move and reduce them (folding in fp32); the host ones refuse them.
+enum class ElementType { F32, F64, BF16, F16 };
 
 template <typename T> struct ElementTypeOf;
 template <> struct ElementTypeOf<float> { static constexpr ElementType value = ElementType::F32; };
@@ -126,6 +128,15 @@ public:
   std::vector<std::string> agree(llvm::StringRef mine);
   /// Ends the job: the local communicator fails every rank and throws; MPI aborts the job.
   [[noreturn]] virtual void abort(llvm::StringRef message) = 0;
+
+  /// Overlap: calls made while `setOverlapping(true)` holds may complete after the caller's
+  /// later work, until joinOverlapped(); the caller promises not to touch their buffers in
+  /// between. This is how the data-parallel gradient sync runs beside the rest of the backward
+  /// (as in llm.c and Megatron-LM). A device communicator then leaves the compute stream free
+  /// instead of ordering it after the call; host communicators complete every call before
+  /// returning, so for them both are no-ops.
+  virtual void setOverlapping(bool overlapping) { (void)overlapping; }
+  virtual void joinOverlapped() {}
 
   template <typename T>
   void allReduce(Group group, T *data, size_t count, ReduceOp op = ReduceOp::Sum) {

@@ -37,8 +37,14 @@ public:
   cudaStream_t computeStream() const { return compute; }
 
   /// Blocks until every call made so far, and the compute work queued before it, has
-  /// completed on the device; throws CommError at the deadline or on a device error.
+  /// completed on the device; throws CommError at the deadline or on a device error. Joins
+  /// overlapped calls first.
   void synchronize();
+
+  /// Overlapped calls end on a join stream instead of the compute stream; joinOverlapped()
+  /// makes the compute stream wait for the join stream.
+  void setOverlapping(bool overlapping) override { overlap = overlapping; }
+  void joinOverlapped() override;
 
 protected:
   /// Starts a call that runs on `stream`: selects the device and makes `stream` wait for the
@@ -69,7 +75,9 @@ protected:
 private:
   int device_;
   cudaStream_t compute = nullptr;
-  cudaEvent_t computeReady = nullptr, callDone = nullptr, queued = nullptr;
+  cudaEvent_t computeReady = nullptr, callDone = nullptr, queued = nullptr, joined = nullptr;
+  cudaStream_t joinStream = nullptr;
+  bool overlap = false, overlapPending = false;
   std::string failure, lastCall;
 };
 

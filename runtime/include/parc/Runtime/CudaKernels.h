@@ -66,6 +66,10 @@ private:
   void *workspace = nullptr;
 };
 
+/// y[i] = value rounded to T, for T float, double, __nv_bfloat16 or __half; a memset when
+/// value is +0.
+template <typename T> void fill(T *y, int64_t n, float value, cudaStream_t stream);
+
 //===----------------------------------------------------------------------===//
 // Embeddings
 //===----------------------------------------------------------------------===//

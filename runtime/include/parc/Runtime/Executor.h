@@ -30,12 +30,18 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-enum class Precision { FP32, FP64 };
+/// The element type of every weight, gradient and activation. FP64 runs only on the CPU,
+/// BF16 and FP16 only on CUDA (with fp32 master weights and optimizer state); FP32 on both.
+enum class Precision { FP32, FP64, BF16, FP16 };
+llvm::StringRef spelling(Precision precision);
 
-/// Where the ops run. Only the CPU executes plans today; CUDA is accepted so that a run asking
-/// for it fails plainly (no device, not built, or not implemented yet) instead of silently
-/// running on the CPU.
+/// Where the ops run. A run never falls back from one to the other.
 enum class Backend { CPU, CUDA };
+
+/// How the ranks of one parrun process talk. Local: threads sharing the machine (on CUDA, one
+/// GPU through the in-process device communicator); NCCL: threads, each with a GPU of its
+/// own, through NCCL (CUDA only); MPI: this process is one rank (NCCL between GPUs on CUDA).
+enum class CommKind { Local, NCCL, MPI };
 
 struct RunOptions {
   std::string planDir;
@@ -56,14 +62,18 @@ struct RankSummary {
 /// Empty when this rank can execute on `backend`; otherwise why it cannot and what to use
 /// instead. runRank checks it first, before the rank reads its plan or the data.
 std::string backendUnavailable(Backend backend);
+/// Empty when the options go together (backend, precision, communicator); otherwise why not.
+std::string incompatibleOptions(const RunOptions &options, CommKind comm);
 
 /// Runs one rank on `comm` to the end. Step lines and the memory report go to `out` from the
-/// ranks that own them. Throws AgreedError, CommError or std::runtime_error.
+/// ranks that own them. On CUDA `comm` must be a CudaCommunicator, whose device the rank
+/// uses. Throws AgreedError, CommError or std::runtime_error.
 RankSummary runRank(Communicator &comm, const RunOptions &options, llvm::raw_ostream &out);
 
-/// Every rank a thread of this process (LocalWorld). Returns the exit code; errors are printed
-/// to `errs`.
-int runLocal(const RunOptions &options, llvm::raw_ostream &out, llvm::raw_ostream &errs);
+/// Every rank a thread of this process (CommKind Local or NCCL). Returns the exit code; errors
+/// are printed to `errs`.
+int runLocal(const RunOptions &options, CommKind comm, llvm::raw_ostream &out,
+             llvm::raw_ostream &errs);
 
 /// This process is one rank of an MPI job.
 int runMPI(int *argc, char ***argv, const RunOptions &options, llvm::raw_ostream &out,

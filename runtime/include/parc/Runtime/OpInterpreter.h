@@ -47,16 +47,22 @@ struct ChunkLiveness {
   static ChunkLiveness analyze(const plan::Chunk &chunk);
 };
 
-template <typename T> class OpInterpreter {
+/// D is the rank's device (CpuDevice.h): every kernel runs and every output lives there.
+template <typename D> class OpInterpreter {
 public:
-  OpInterpreter(const plan::RankPlan &plan, ParamStore<T> &params, Communicator &comm,
-                MemoryTracker &memory)
-      : plan(plan), params(params), comm(comm), memory(memory) {}
+  using T = typename D::Value;
+  using Stat = typename D::Stat;
+
+  OpInterpreter(const plan::RankPlan &plan, ParamStore<D> &params, Communicator &comm)
+      : plan(plan), params(params), comm(comm), dev(params.device()), memory(dev.memory()) {}
 
   /// Runs `ops` of `chunk` on `env`, freeing after op i the names in freeAfter[i]. Errors
   /// (std::runtime_error, CommError) name the op: "forward[12] (matmul -> block.0.attn.q.mm)".
   void run(const plan::Chunk &chunk, bool backward, llvm::ArrayRef<plan::Op> ops,
            const std::vector<std::vector<std::string>> &freeAfter, ChunkEnv<T> &env);
+
+  /// The value of the last cross_entropy op run, on the host.
+  double lastLoss() const { return loss; }
 
   struct Operand {
     T *data = nullptr;
@@ -89,13 +95,15 @@ private:
   const std::vector<int64_t> &group(const plan::Op &op) const;
 
   const plan::RankPlan &plan;
-  ParamStore<T> &params;
+  ParamStore<D> &params;
   Communicator &comm;
+  D &dev;
   MemoryTracker &memory;
+  double loss = 0;
 };
 
-extern template class OpInterpreter<float>;
-extern template class OpInterpreter<double>;
+extern template class OpInterpreter<CpuDevice<float>>;
+extern template class OpInterpreter<CpuDevice<double>>;
 
 } // namespace parc::runtime
 

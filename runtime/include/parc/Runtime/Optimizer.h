@@ -27,8 +27,10 @@ struct StepStats {
 /// The learning rate of 0-based step `step`: lr * min(1, (step + 1) / warmup_steps).
 double learningRate(const plan::TrainSettings &train, int64_t step);
 
-template <typename T>
-StepStats optimizerStep(ParamStore<T> &params, Communicator &comm, const plan::RankPlan &plan,
+/// On the owned ranges of `params`, on their device. Devices that keep master weights
+/// (half-precision storage) update those and round them into the weights.
+template <typename D>
+StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::RankPlan &plan,
                         const plan::Instr &instr, int64_t step);
 
 } // namespace parc::runtime

@@ -26,6 +26,7 @@
 #include "parc/Plan/Plan.h"
 #include "parc/Runtime/Buffer.h"
 #include "parc/Runtime/Communicator.h"
+#include "parc/Runtime/CpuDevice.h"
 
 #include "llvm/ADT/StringMap.h"
 #include "llvm/Support/Error.h"
@@ -34,8 +35,12 @@
 
 namespace parc::runtime {
 
-template <typename T> class ParamStore {
+/// D is the rank's device (CpuDevice.h), which holds every buffer and moves every value.
+template <typename D> class ParamStore {
 public:
+  using T = typename D::Value;
+  using OptState = typename D::OptState;
+
   struct Param {
     const plan::ParamShard *shard = nullptr;
     std::vector<int64_t> localShape;
@@ -49,7 +54,8 @@ public:
     int64_t flatOffset = 0; // first element of this shard in the partition's flat vector
     /// The local elements this rank updates: all of them unless partitioned.
     int64_t ownedBegin = 0, ownedEnd = 0;
-    Buffer<T> moment1, moment2; // Adam's m and v, or SGD's momentum in moment1
+    Buffer<OptState> moment1, moment2; // Adam's m and v, or SGD's momentum in moment1
+    Buffer<OptState> master;           // the owned weights in OptState, if D keeps them
 
     bool released() const { return value == nullptr; }
     int64_t ownedCount() const { return ownedEnd - ownedBegin; }
@@ -71,7 +77,7 @@ public:
     int64_t padded() const { return perMember * int64_t(group.size()); }
   };
 
-  ParamStore(const plan::RankPlan &plan, MemoryTracker &memory);
+  ParamStore(const plan::RankPlan &plan, D &device);
 
   /// Derives the ZeRO partitions from the schedule; fails when two instructions partition a
   /// parameter differently.
@@ -100,9 +106,10 @@ public:
   /// released partition.
   T *ownedWeights(Param &param);
   /// A zeroed buffer counted as optimizer state.
-  Buffer<T> optimizerBuffer(size_t count) {
-    return Buffer<T>(memory, MemoryCategory::Optimizer, count);
+  Buffer<OptState> optimizerBuffer(size_t count) {
+    return Buffer<OptState>(memory, MemoryCategory::Optimizer, count);
   }
+  D &device() { return dev; }
 
 private:
   std::vector<size_t> resolve(const plan::Instr &instr) const;
@@ -112,6 +119,7 @@ private:
   void pointInto(Partition &partition);
 
   const plan::RankPlan &plan;
+  D &dev;
   MemoryTracker &memory;
   std::vector<Param> params;
   llvm::StringMap<size_t> byName;
@@ -119,8 +127,8 @@ private:
   Buffer<T> gradStorage;
 };
 
-extern template class ParamStore<float>;
-extern template class ParamStore<double>;
+extern template class ParamStore<CpuDevice<float>>;
+extern template class ParamStore<CpuDevice<double>>;
 
 } // namespace parc::runtime
 

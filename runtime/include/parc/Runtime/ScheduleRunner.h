@@ -40,10 +40,13 @@ std::string describeInstr(const plan::Instr &instr);
 /// 0, dp rank 0).
 bool reportsLoss(const plan::RankPlan &plan);
 
-template <typename T> class ScheduleRunner {
+/// D is the rank's device (CpuDevice.h).
+template <typename D> class ScheduleRunner {
 public:
-  ScheduleRunner(const plan::RankPlan &plan, Communicator &comm, MemoryTracker &memory,
-                 ParamStore<T> &params, const TokenStream &data);
+  using T = typename D::Value;
+
+  ScheduleRunner(const plan::RankPlan &plan, Communicator &comm, ParamStore<D> &params,
+                 const TokenStream &data);
 
   /// Runs 0-based step `step`. Throws AgreedError when the loss or gradient norm is not finite.
   StepResult runStep(int64_t step);
@@ -67,10 +70,11 @@ private:
 
   const plan::RankPlan &plan;
   Communicator &comm;
+  ParamStore<D> &params;
+  D &dev;
   MemoryTracker &memory;
-  ParamStore<T> &params;
   const TokenStream &data;
-  OpInterpreter<T> interpreter;
+  OpInterpreter<D> interpreter;
   std::vector<ChunkLiveness> liveness;
   std::vector<int64_t> worldRanks;
   std::map<Key, ChunkEnv<T>> envs;
@@ -79,8 +83,8 @@ private:
   bool stepped = false;
 };
 
-extern template class ScheduleRunner<float>;
-extern template class ScheduleRunner<double>;
+extern template class ScheduleRunner<CpuDevice<float>>;
+extern template class ScheduleRunner<CpuDevice<double>>;
 
 } // namespace parc::runtime
 

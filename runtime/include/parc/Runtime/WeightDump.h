@@ -24,9 +24,11 @@
 
 namespace parc::runtime {
 
-template <typename T>
-void dumpWeights(Communicator &comm, ParamStore<T> &params, const plan::RankPlan &plan,
-                 const RankSummary &summary, llvm::StringRef path);
+/// `precision` names the element type in the file ("fp32", "bf16", ...); values are written
+/// as the doubles they convert to.
+template <typename D>
+void dumpWeights(Communicator &comm, ParamStore<D> &params, const plan::RankPlan &plan,
+                 const RankSummary &summary, llvm::StringRef precision, llvm::StringRef path);
 
 } // namespace parc::runtime
 

@@ -1,0 +1,258 @@
+//===- CudaDevice.cpp - Copies, host transfers and optimizer steps on a GPU -===//
+//
+// The kernel forwards live in the header; here is what needs more than one call. Values
+// cross between host and device as fp32: uploads round doubles to float on the host and
+// convert to T on the device, downloads convert to float on the device.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parc/Runtime/CudaDevice.h"
+
+#include "parc/Runtime/Init.h"
+
+#include "parc/Runtime/CudaCommunicator.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+namespace parc::runtime {
+
+template <typename T> cudaStream_t CudaDevice<T>::createStream(int device) {
+  std::string context = "creating the stream of CUDA device " + std::to_string(device);
+  PARC_CUDA_CHECK(cudaSetDevice(device), context);
+  cudaStream_t stream;
+  // Non-blocking: the legacy default stream, which other libraries may use, never
+  // serialises with the rank's work.
+  PARC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), context);
+  return stream;
+}
+
+template <typename T>
+CudaDevice<T>::CudaDevice(int device)
+    : device_(device), stream_(createStream(device)),
+      blas(std::make_unique<cuda::Blas>(stream_.get())),
+      space(std::make_unique<CudaMemorySpace>(device, stream_.get())), tracker(space.get()) {}
+
+template <typename T> CudaDevice<T>::~CudaDevice() {
+  // The pools and the stream may only go once the queued kernels and frees are done. Quiet:
+  // a failure means the context is gone, and a destructor must not throw.
+  cudaStreamSynchronize(stream());
+}
+
+template <typename T> void CudaDevice<T>::waitFor(const std::string &what) {
+  PARC_CUDA_CHECK(cudaStreamSynchronize(stream()), what);
+}
+
+template <typename T> void CudaDevice<T>::synchronize() { waitFor("synchronize"); }
+
+//===----------------------------------------------------------------------===//
+// Copies and host transfers
+//===----------------------------------------------------------------------===//
+
+template <typename T> void CudaDevice<T>::copy(T *dst, const T *src, int64_t n) {
+  if (n > 0)
+    PARC_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream()), "copy");
+}
+
+template <typename T>
+void CudaDevice<T>::copyRows(T *dst, int64_t dstStride, const T *src, int64_t srcStride,
+                             int64_t width, int64_t rows) {
+  if (width <= 0 || rows <= 0)
+    return;
+  if (rows == 1 || (dstStride == width && srcStride == width))
+    return copy(dst, src, rows == 1 ? width : width * rows);
+  PARC_CUDA_CHECK(cudaMemcpy2DAsync(dst, dstStride * sizeof(T), src, srcStride * sizeof(T),
+                                    width * sizeof(T), rows, cudaMemcpyDeviceToDevice, stream()),
+                  "copyRows");
+}
+
+template <typename T>
+void CudaDevice<T>::uploadIds(int64_t *dst, const int64_t *src, int64_t n) {
+  if (n <= 0)
+    return;
+  std::string what = "upload of " + std::to_string(n) + " ids";
+  void *staged = staging.acquire(n * sizeof(int64_t), what);
+  std::memcpy(staged, src, n * sizeof(int64_t));
+  PARC_CUDA_CHECK(
+      cudaMemcpyAsync(dst, staged, n * sizeof(int64_t), cudaMemcpyHostToDevice, stream()), what);
+  staging.copiedOn(stream(), what);
+}
+
+template <typename T>
+void CudaDevice<T>::uploadStaged(T *dst, const float *staged, int64_t n, const std::string &what) {
+  if constexpr (std::is_same_v<T, float>) {
+    PARC_CUDA_CHECK(
+        cudaMemcpyAsync(dst, staged, n * sizeof(float), cudaMemcpyHostToDevice, stream()), what);
+    staging.copiedOn(stream(), what);
+  } else {
+    cuda::StreamBuffer<float> values(n, stream(), "upload");
+    PARC_CUDA_CHECK(cudaMemcpyAsync(values.get(), staged, n * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream()),
+                    what);
+    staging.copiedOn(stream(), what);
+    cuda::convert(dst, values.get(), n, stream());
+  }
+}
+
+template <typename T> void CudaDevice<T>::upload(T *dst, const double *src, int64_t n) {
+  if (n <= 0)
+    return;
+  std::string what = "upload of " + std::to_string(n) + " values";
+  auto *staged = static_cast<float *>(staging.acquire(n * sizeof(float), what));
+  for (int64_t i = 0; i < n; ++i)
+    staged[i] = float(src[i]);
+  uploadStaged(dst, staged, n, what);
+}
+
+template <typename T>
+void CudaDevice<T>::initShard(T *dst, uint64_t seed, const plan::ParamShard &shard) {
+  int64_t n = 1;
+  for (int64_t dim : shard.localShape())
+    n *= dim;
+  if (n <= 0)
+    return;
+  std::string what = "initialisation of " + shard.name;
+  auto *staged = static_cast<float *>(staging.acquire(n * sizeof(float), what));
+  runtime::initShard(staged, seed, shard);
+  uploadStaged(dst, staged, n, what);
+}
+
+template <typename T> std::vector<double> CudaDevice<T>::download(const T *src, int64_t n) {
+  if (n <= 0)
+    return {};
+  std::string what = "download of " + std::to_string(n) + " values";
+  std::vector<float> host(n);
+  if constexpr (std::is_same_v<T, float>) {
+    PARC_CUDA_CHECK(
+        cudaMemcpyAsync(host.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost, stream()),
+        what);
+    waitFor(what);
+  } else {
+    cuda::StreamBuffer<float> values(n, stream(), "download");
+    cuda::convert(values.get(), src, n, stream());
+    PARC_CUDA_CHECK(cudaMemcpyAsync(host.data(), values.get(), n * sizeof(float),
+                                    cudaMemcpyDeviceToHost, stream()),
+                    what);
+    waitFor(what);
+  }
+  return {host.begin(), host.end()};
+}
+
+template <typename T>
+void CudaDevice<T>::allReduceHost(Communicator &comm, Communicator::Group group, double *values,
+                                  size_t n, ReduceOp op) {
+  if (n == 0)
+    return;
+  std::string what = "all-reduce of " + std::to_string(n) + " host values";
+  auto *deviceComm = dynamic_cast<CudaCommunicator *>(&comm);
+  if (deviceComm && deviceComm->computeStream() != stream())
+    throw cuda::CudaError(what + ": the communicator of rank " + std::to_string(comm.rank()) +
+                          " is not ordered on this device's stream (setComputeStream)");
+  cuda::StreamBuffer<double> reduced(n, stream(), "allReduceHost");
+  // `values` stays untouched until the wait below, so the copy may read it late.
+  PARC_CUDA_CHECK(
+      cudaMemcpyAsync(reduced.get(), values, n * sizeof(double), cudaMemcpyHostToDevice, stream()),
+      what);
+  comm.allReduce(group, reduced.get(), n, op);
+  // The communicator's wait has its deadline; a peer that never joins would leave a plain
+  // stream wait blocked for ever behind the collective.
+  if (deviceComm)
+    deviceComm->synchronize();
+  // The communicator orders the stream's later work after the call.
+  PARC_CUDA_CHECK(
+      cudaMemcpyAsync(values, reduced.get(), n * sizeof(double), cudaMemcpyDeviceToHost, stream()),
+      what);
+  waitFor(what);
+}
+
+//===----------------------------------------------------------------------===//
+// Loss and optimizer
+//===----------------------------------------------------------------------===//
+
+template <typename T>
+double CudaDevice<T>::crossEntropyLoss(T *loss, const float *rowMax, const float *rowSum,
+                                       const float *target, int64_t rows) {
+  float value = 0;
+  const char *what = "crossEntropyLoss";
+  if constexpr (std::is_same_v<T, float>) {
+    cuda::crossEntropyLoss(loss, rowMax, rowSum, target, rows, stream());
+    PARC_CUDA_CHECK(cudaMemcpyAsync(&value, loss, sizeof value, cudaMemcpyDeviceToHost, stream()),
+                    what);
+    waitFor(what);
+  } else {
+    cuda::StreamBuffer<float> exact(1, stream(), what);
+    cuda::crossEntropyLoss(exact.get(), rowMax, rowSum, target, rows, stream());
+    cuda::convert(loss, exact.get(), 1, stream());
+    PARC_CUDA_CHECK(
+        cudaMemcpyAsync(&value, exact.get(), sizeof value, cudaMemcpyDeviceToHost, stream()),
+        what);
+    waitFor(what);
+  }
+  return value;
+}
+
+template <typename T>
+double CudaDevice<T>::squaredSum(llvm::ArrayRef<std::pair<const T *, int64_t>> ranges) {
+  const char *what = "squaredSum";
+  cuda::StreamBuffer<double> sum(1, stream(), what);
+  PARC_CUDA_CHECK(cudaMemsetAsync(sum.get(), 0, sizeof(double), stream()), what);
+  for (const auto &[data, n] : ranges)
+    cuda::squaredSum(sum.get(), data, n, stream());
+  double value = 0;
+  PARC_CUDA_CHECK(
+      cudaMemcpyAsync(&value, sum.get(), sizeof value, cudaMemcpyDeviceToHost, stream()), what);
+  waitFor(what);
+  return value;
+}
+
+template <typename T>
+template <typename Step>
+void CudaDevice<T>::stepMaster(T *weights, float *master, const T *grad, int64_t n,
+                               const char *what, Step step) {
+  assert(master && "bf16/fp16 weights are stepped through their fp32 master copy");
+  cuda::StreamBuffer<float> grad32(size_t(std::max<int64_t>(n, 0)), stream(), what);
+  cuda::convert(grad32.get(), grad, n, stream());
+  step(master, grad32.get());
+  cuda::convert(weights, master, n, stream());
+}
+
+template <typename T>
+void CudaDevice<T>::adamwStep(T *weights, float *master, const T *grad, float *m, float *v,
+                              int64_t n, const cpu::AdamWConfig &config) {
+  if constexpr (KeepsMasterWeights) {
+    stepMaster(weights, master, grad, n, "adamwStep", [&](float *param, const float *grad32) {
+      cuda::adamwStep(param, grad32, m, v, n, config, stream());
+    });
+  } else {
+    (void)master;
+    cuda::adamwStep(weights, grad, m, v, n, config, stream());
+  }
+}
+
+template <typename T>
+void CudaDevice<T>::sgdStep(T *weights, float *master, const T *grad, float *momentum, int64_t n,
+                            const cpu::SGDConfig &config) {
+  if constexpr (KeepsMasterWeights) {
+    stepMaster(weights, master, grad, n, "sgdStep", [&](float *param, const float *grad32) {
+      cuda::sgdStep(param, grad32, momentum, n, config, stream());
+    });
+  } else {
+    (void)master;
+    cuda::sgdStep(weights, grad, momentum, n, config, stream());
+  }
+}
+
+template <typename T> void CudaDevice<T>::initMaster(float *master, const T *weights, int64_t n) {
+  if constexpr (KeepsMasterWeights)
+    cuda::convert(master, weights, n, stream());
+  else
+    copy(master, weights, n);
+}
+
+template class CudaDevice<float>;
+template class CudaDevice<__nv_bfloat16>;
+template class CudaDevice<__half>;
+
+} // namespace parc::runtime

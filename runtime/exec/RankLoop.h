@@ -1,0 +1,75 @@
+//===- RankLoop.h - One rank's steps on a device, for every backend -------===//
+//
+// The part of runRank after the plan is loaded, written once over the device D (CpuDevice.h,
+// CudaDevice.h): initialise the shards, run the steps, report memory, dump the weights.
+// Private to runtime/exec: Executor.cpp instantiates it for the CPU, CudaRun.cpp for CUDA.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_RUNTIME_EXEC_RANKLOOP_H
+#define PARC_RUNTIME_EXEC_RANKLOOP_H
+
+#include "parc/Runtime/Executor.h"
+#include "parc/Runtime/PlanLoader.h"
+#include "parc/Runtime/ScheduleRunner.h"
+#include "parc/Runtime/WeightDump.h"
+
+#include "llvm/Support/Format.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace parc::runtime {
+
+/// This rank's line of the memory report: its peaks per category beside the plan's prediction.
+std::string encodeMemoryRow(const plan::RankPlan &plan, const MemoryTracker &memory);
+/// Prints the report from every rank's encoded row.
+void printMemory(llvm::ArrayRef<std::string> encoded, const RunOptions &options,
+                 plan::DType modelDtype, llvm::raw_ostream &out);
+
+template <typename D>
+RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options,
+                        const LoadedJob &job, llvm::raw_ostream &out) {
+  const plan::RankPlan &plan = job.plan;
+  ParamStore<D> params(plan, device);
+  if (llvm::Error error = params.buildPartitions())
+    throw std::runtime_error("the plan cannot be executed: " + llvm::toString(std::move(error)));
+  params.initialize(uint64_t(plan.train.seed));
+  ScheduleRunner<D> runner(plan, comm, params, job.data);
+
+  int64_t steps = options.steps.value_or(plan.train.steps);
+  int64_t logEvery = std::max<int64_t>(1, options.logEvery);
+  double tokensPerStep = double(plan.parallel.globalBatch * plan.model.seq);
+  RankSummary summary;
+  device.synchronize();
+  for (int64_t step = 0; step < steps; ++step) {
+    auto start = std::chrono::steady_clock::now();
+    StepResult result = runner.runStep(step);
+    // The step's loss all-reduce already waited for the device; this makes the time honest
+    // for the optimizer's work queued after it.
+    device.synchronize();
+    double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    summary.losses.push_back(result.loss);
+    summary.gradNorms.push_back(result.optimizer.gradNorm);
+    if (runner.reportsLoss() && ((step + 1) % logEvery == 0 || step + 1 == steps)) {
+      out << llvm::format("step %lld loss %.4f lr %.2e grad_norm %.3f tokens/s %.0f\n",
+                          (long long)(step + 1), result.loss, result.optimizer.lr,
+                          result.optimizer.gradNorm, tokensPerStep / std::max(seconds, 1e-9));
+      out.flush();
+    }
+  }
+
+  // Taken before the dump, whose gathers are not part of training.
+  // Printed by the rank that printed the steps, so that under mpirun, which forwards each
+  // process's output on its own, the lines keep their order.
+  std::vector<std::string> rows = comm.agree(encodeMemoryRow(plan, device.memory()));
+  if (runner.reportsLoss())
+    printMemory(rows, options, plan.model.dtype, out);
+  if (!options.dumpWeightsPath.empty())
+    dumpWeights(comm, params, plan, summary, spelling(options.precision), options.dumpWeightsPath);
+  return summary;
+}
+
+} // namespace parc::runtime
+
+#endif

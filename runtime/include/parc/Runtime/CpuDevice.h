@@ -1,0 +1,222 @@
+//===- CpuDevice.h - The executor's seam to the CPU kernels ---------------===//
+//
+// The executor (OpInterpreter, ParamStore, ScheduleRunner, the optimizer step, the weight
+// dump) is written once, over a device D: a per-rank object that owns where the rank's
+// buffers live and runs the kernels on them. CpuDevice<T> is the CPU's, with T float or
+// double: every call is the Kernels.h function of the same name, unchanged. CudaDevice<T>
+// (CudaDevice.h) is the GPU's. What a device must provide:
+//
+//   using Value     the element type of weights, gradients and activations
+//   using Stat      the element type of the cross-entropy pieces (row max, sum, target)
+//   using OptState  the element type of the optimizer's moments (and master weights)
+//   static constexpr bool KeepsMasterWeights   whether the optimizer keeps an OptState copy
+//                                              of every owned weight (half-precision storage)
+//   static constexpr const char *Name          "cpu" or "cuda", for messages
+//   MemoryTracker &memory()                    its space is where Buffers live
+//   the copies, fills and host transfers below, and one method per kernel of Kernels.h with
+//   the same arguments (the CUDA device adds its stream and cuBLAS handle itself).
+//
+// Host transfers (upload, download, readScalar, allReduceHost) are the only way the executor
+// reads or writes element values: it never dereferences a Value pointer itself.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_RUNTIME_CPUDEVICE_H
+#define PARC_RUNTIME_CPUDEVICE_H
+
+#include "parc/Plan/Plan.h"
+#include "parc/Runtime/Buffer.h"
+#include "parc/Runtime/Communicator.h"
+#include "parc/Runtime/Init.h"
+#include "parc/Runtime/Kernels.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+namespace parc::runtime {
+
+template <typename T> class CpuDevice {
+public:
+  using Value = T;
+  using Stat = T;
+  using OptState = T;
+  static constexpr bool KeepsMasterWeights = false;
+  static constexpr const char *Name = "cpu";
+
+  CpuDevice() = default;
+  MemoryTracker &memory() { return tracker; }
+
+  //===--- Copies, fills, host transfers ----------------------------------===//
+
+  /// dst[i] = src[i]; the ranges may not overlap.
+  void copy(T *dst, const T *src, int64_t n) { std::copy_n(src, n, dst); }
+  /// `rows` runs of `width` elements: dst[r*dstStride + j] = src[r*srcStride + j].
+  void copyRows(T *dst, int64_t dstStride, const T *src, int64_t srcStride, int64_t width,
+                int64_t rows) {
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(src + r * srcStride, width, dst + r * dstStride);
+  }
+  /// dst[i] = value.
+  void fill(T *dst, int64_t n, double value) { std::fill_n(dst, n, T(value)); }
+  /// y[i] += x[i] (a gradient written through a scratch buffer).
+  void accumulate(T *y, const T *x, int64_t n) { cpu::residualAddForward(y, y, x, n); }
+  /// Token ids and labels, from the host.
+  void uploadIds(int64_t *dst, const int64_t *src, int64_t n) { std::copy_n(src, n, dst); }
+  /// Values, from doubles on the host (rounded to T).
+  void upload(T *dst, const double *src, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      dst[i] = T(src[i]);
+  }
+  /// Values, to doubles on the host. Waits for the work queued before.
+  std::vector<double> download(const T *src, int64_t n) { return {src, src + n}; }
+  double readScalar(const T *src) { return double(*src); }
+  /// An all-reduce of host doubles (the loss, the gradient norm, flags) over `group`.
+  void allReduceHost(Communicator &comm, Communicator::Group group, double *values, size_t n,
+                     ReduceOp op = ReduceOp::Sum) {
+    comm.allReduce(group, values, n, op);
+  }
+  /// Fills a shard from (seed, name, global index) as Init.h says.
+  void initShard(T *dst, uint64_t seed, const plan::ParamShard &shard) {
+    runtime::initShard(dst, seed, shard);
+  }
+  /// Waits until every kernel and copy queued so far completed (step timing).
+  void synchronize() {}
+
+  //===--- Kernels (Kernels.h) --------------------------------------------===//
+
+  void embeddingForward(T *y, const int64_t *ids, const T *weight, int64_t seq, int64_t batch,
+                        int64_t hidden, int64_t vocabOffset, int64_t localRows) {
+    cpu::embeddingForward(y, ids, weight, seq, batch, hidden, vocabOffset, localRows);
+  }
+  void embeddingBackward(T *dweight, const int64_t *ids, const T *dy, int64_t seq, int64_t batch,
+                         int64_t hidden, int64_t vocabOffset, int64_t localRows) {
+    cpu::embeddingBackward(dweight, ids, dy, seq, batch, hidden, vocabOffset, localRows);
+  }
+  void positionEmbeddingForward(T *y, const T *x, const T *weight, int64_t seq, int64_t batch,
+                                int64_t hidden) {
+    cpu::positionEmbeddingForward(y, x, weight, seq, batch, hidden);
+  }
+  void positionEmbeddingBackward(T *dx, T *dweight, const T *dy, int64_t seq, int64_t batch,
+                                 int64_t hidden) {
+    cpu::positionEmbeddingBackward(dx, dweight, dy, seq, batch, hidden);
+  }
+  void layerNormForward(T *y, const T *x, const T *weight, const T *bias, int64_t rows, int64_t dim,
+                        double eps) {
+    cpu::layerNormForward(y, x, weight, bias, rows, dim, eps);
+  }
+  void layerNormBackward(T *dx, T *dweight, T *dbias, const T *x, const T *weight, const T *dy,
+                         int64_t rows, int64_t dim, double eps) {
+    cpu::layerNormBackward(dx, dweight, dbias, x, weight, dy, rows, dim, eps);
+  }
+  void rmsNormForward(T *y, const T *x, const T *weight, int64_t rows, int64_t dim, double eps) {
+    cpu::rmsNormForward(y, x, weight, rows, dim, eps);
+  }
+  void rmsNormBackward(T *dx, T *dweight, const T *x, const T *weight, const T *dy, int64_t rows,
+                       int64_t dim, double eps) {
+    cpu::rmsNormBackward(dx, dweight, x, weight, dy, rows, dim, eps);
+  }
+  void matmulForward(T *c, const T *a, const T *b, int64_t m, int64_t n, int64_t k, bool transA,
+                     bool transB) {
+    cpu::matmulForward(c, a, b, m, n, k, transA, transB);
+  }
+  void matmulBackward(T *da, T *db, const T *a, const T *b, const T *dc, int64_t m, int64_t n,
+                      int64_t k, bool transA, bool transB, cpu::GradWrite daWrite,
+                      cpu::GradWrite dbWrite) {
+    cpu::matmulBackward(da, db, a, b, dc, m, n, k, transA, transB, daWrite, dbWrite);
+  }
+  void biasAddForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim) {
+    cpu::biasAddForward(y, x, bias, rows, dim);
+  }
+  void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim) {
+    cpu::biasAddBackward(dx, dbias, dy, rows, dim);
+  }
+  void residualAddForward(T *y, const T *a, const T *b, int64_t n) {
+    cpu::residualAddForward(y, a, b, n);
+  }
+  void residualAddBackward(T *da, T *db, const T *dy, int64_t n) {
+    cpu::residualAddBackward(da, db, dy, n);
+  }
+  void ropeForward(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
+                   double theta) {
+    cpu::ropeForward(y, x, seq, batch, heads, headDim, theta);
+  }
+  void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
+                    double theta) {
+    cpu::ropeBackward(dx, dy, seq, batch, heads, headDim, theta);
+  }
+  void attentionForward(T *y, const T *q, const T *k, const T *v, int64_t seq, int64_t batch,
+                        int64_t heads, int64_t kvHeads, int64_t headDim, bool causal) {
+    cpu::attentionForward(y, q, k, v, seq, batch, heads, kvHeads, headDim, causal);
+  }
+  void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dy,
+                         int64_t seq, int64_t batch, int64_t heads, int64_t kvHeads,
+                         int64_t headDim, bool causal) {
+    cpu::attentionBackward(dq, dk, dv, q, k, v, dy, seq, batch, heads, kvHeads, headDim, causal);
+  }
+  void geluForward(T *y, const T *x, int64_t n) { cpu::geluForward(y, x, n); }
+  void geluBackward(T *dx, const T *x, const T *dy, int64_t n) { cpu::geluBackward(dx, x, dy, n); }
+  void swigluForward(T *y, const T *gate, const T *up, int64_t rows, int64_t ffn) {
+    cpu::swigluForward(y, gate, up, rows, ffn);
+  }
+  void swigluBackward(T *dgate, T *dup, const T *gate, const T *up, const T *dy, int64_t rows,
+                      int64_t ffn) {
+    cpu::swigluBackward(dgate, dup, gate, up, dy, rows, ffn);
+  }
+
+  // Vocab-parallel cross entropy; the pieces are Stat.
+  void crossEntropyRowMax(T *rowMax, const T *logits, int64_t rows, int64_t localVocab) {
+    cpu::crossEntropyRowMax(rowMax, logits, rows, localVocab);
+  }
+  void crossEntropySumExp(T *rowSum, const T *logits, const T *rowMax, int64_t rows,
+                          int64_t localVocab) {
+    cpu::crossEntropySumExp(rowSum, logits, rowMax, rows, localVocab);
+  }
+  void crossEntropyTargetLogit(T *target, const T *logits, const int64_t *labels, int64_t seq,
+                               int64_t batch, int64_t localVocab, int64_t vocabOffset) {
+    cpu::crossEntropyTargetLogit(target, logits, labels, seq, batch, localVocab, vocabOffset);
+  }
+  /// The microbatch's loss, on the host; also written to `loss` (one Value on the device).
+  double crossEntropyLoss(T *loss, const T *rowMax, const T *rowSum, const T *target,
+                          int64_t rows) {
+    *loss = cpu::crossEntropyLoss(rowMax, rowSum, target, rows);
+    return double(*loss);
+  }
+  void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const T *rowMax,
+                            const T *rowSum, double dloss, int64_t seq, int64_t batch,
+                            int64_t localVocab, int64_t vocabOffset) {
+    cpu::crossEntropyBackward(dlogits, logits, labels, rowMax, rowSum, T(dloss), seq, batch,
+                              localVocab, vocabOffset);
+  }
+
+  //===--- Optimizer ------------------------------------------------------===//
+
+  /// sum over the ranges of sum x^2, in double, on the host.
+  double squaredSum(llvm::ArrayRef<std::pair<const T *, int64_t>> ranges) {
+    double sum = 0;
+    for (const auto &[data, n] : ranges)
+      sum += cpu::squaredSum(data, n);
+    return sum;
+  }
+  void scale(T *x, int64_t n, double factor) { cpu::scale(x, n, factor); }
+  /// AdamW on `weights`; `master` is null unless KeepsMasterWeights.
+  void adamwStep(T *weights, OptState *master, const T *grad, OptState *m, OptState *v, int64_t n,
+                 const cpu::AdamWConfig &config) {
+    (void)master;
+    cpu::adamwStep(weights, grad, m, v, n, config);
+  }
+  /// SGD on `weights`; momentum null when the plan's momentum is 0.
+  void sgdStep(T *weights, OptState *master, const T *grad, OptState *momentum, int64_t n,
+               const cpu::SGDConfig &config) {
+    (void)master;
+    cpu::sgdStep(weights, grad, momentum, n, config);
+  }
+  /// master = weights, before the first step (KeepsMasterWeights only).
+  void initMaster(OptState *master, const T *weights, int64_t n) { copy(master, weights, n); }
+
+private:
+  MemoryTracker tracker;
+};
+
+} // namespace parc::runtime
+
+#endif // PARC_RUNTIME_CPUDEVICE_H

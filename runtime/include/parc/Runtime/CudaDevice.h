@@ -1,0 +1,251 @@
+//===- CudaDevice.h - The executor's seam to the CUDA kernels -------------===//
+//
+// The GPU's device policy of the executor (CpuDevice.h says what a device provides): the same
+// members with the same arguments, on device pointers, each forwarding to the CudaKernels.h
+// function of the same name with the rank's stream or cuBLAS handle added. T is float,
+// __nv_bfloat16 or __half. The cross-entropy pieces (Stat) and the optimizer's moments
+// (OptState) are fp32 whatever T is; with bf16/fp16 storage the optimizer also keeps fp32
+// master weights and steps them, rounding the result into the stored weights (Megatron's
+// fp32 main params), so small updates are not lost to rounding.
+//
+// A CudaDevice owns one non-blocking stream, a cuBLAS handle on it and a memory pool per
+// category (CudaMemory.h); all its work is queued on that stream, in call order. Only host
+// transfers (download, readScalar, crossEntropyLoss, squaredSum, allReduceHost) and
+// synchronize() wait for the device. It must be used on a thread whose current device is
+// device(): the constructing thread is; the rank threads of CudaLocalWorld::run are.
+//
+// allReduceHost takes a device communicator (CudaCommunicator.h) whose compute stream is this
+// device's stream() (it checks): the values are reduced in device memory, and the copy back,
+// queued on the stream, is ordered after the collective by the communicator. It waits through
+// the communicator's synchronize(), whose deadline a missing peer cannot outlast.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_RUNTIME_CUDADEVICE_H
+#define PARC_RUNTIME_CUDADEVICE_H
+
+#include "parc/Plan/Plan.h"
+#include "parc/Runtime/Buffer.h"
+#include "parc/Runtime/Communicator.h"
+#include "parc/Runtime/CudaKernels.h"
+#include "parc/Runtime/CudaMemory.h"
+#include "parc/Runtime/Kernels.h"
+
+#include "llvm/ADT/ArrayRef.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace parc::runtime {
+
+template <> struct ElementTypeOf<__nv_bfloat16> {
+  static constexpr ElementType value = ElementType::BF16;
+};
+template <> struct ElementTypeOf<__half> { static constexpr ElementType value = ElementType::F16; };
+
+template <typename T> class CudaDevice {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> ||
+                    std::is_same_v<T, __half>,
+                "the CUDA kernels store float, __nv_bfloat16 or __half");
+
+public:
+  using Value = T;
+  using Stat = float;
+  using OptState = float;
+  static constexpr bool KeepsMasterWeights = !std::is_same_v<T, float>;
+  static constexpr const char *Name = "cuda";
+
+  /// Selects `device` for the calling thread and creates the stream, cuBLAS handle and pools.
+  explicit CudaDevice(int device);
+  /// Waits for the queued work, then releases everything without throwing.
+  ~CudaDevice();
+  CudaDevice(const CudaDevice &) = delete;
+  CudaDevice &operator=(const CudaDevice &) = delete;
+
+  MemoryTracker &memory() { return tracker; }
+  cudaStream_t stream() const { return stream_.get(); }
+  int device() const { return device_; }
+  /// The driver's high-water mark of the category's pool (CudaMemorySpace::poolPeakBytes).
+  int64_t poolPeakBytes(MemoryCategory category) const { return space->poolPeakBytes(category); }
+
+  //===--- Copies, fills, host transfers ----------------------------------===//
+
+  void copy(T *dst, const T *src, int64_t n);
+  void copyRows(T *dst, int64_t dstStride, const T *src, int64_t srcStride, int64_t width,
+                int64_t rows);
+  /// dst[i] = value, rounded to float and then to T.
+  void fill(T *dst, int64_t n, double value) { cuda::fill(dst, n, float(value), stream()); }
+  void accumulate(T *y, const T *x, int64_t n) { cuda::residualAddForward(y, y, x, n, stream()); }
+  void uploadIds(int64_t *dst, const int64_t *src, int64_t n);
+  /// Rounded to float on the host, then to T on the device.
+  void upload(T *dst, const double *src, int64_t n);
+  std::vector<double> download(const T *src, int64_t n);
+  double readScalar(const T *src) { return download(src, 1).front(); }
+  void allReduceHost(Communicator &comm, Communicator::Group group, double *values, size_t n,
+                     ReduceOp op = ReduceOp::Sum);
+  /// The fp32 initialisation of Init.h, uploaded.
+  void initShard(T *dst, uint64_t seed, const plan::ParamShard &shard);
+  void synchronize();
+
+  //===--- Kernels (CudaKernels.h) ----------------------------------------===//
+
+  void embeddingForward(T *y, const int64_t *ids, const T *weight, int64_t seq, int64_t batch,
+                        int64_t hidden, int64_t vocabOffset, int64_t localRows) {
+    cuda::embeddingForward(y, ids, weight, seq, batch, hidden, vocabOffset, localRows, stream());
+  }
+  void embeddingBackward(T *dweight, const int64_t *ids, const T *dy, int64_t seq, int64_t batch,
+                         int64_t hidden, int64_t vocabOffset, int64_t localRows) {
+    cuda::embeddingBackward(dweight, ids, dy, seq, batch, hidden, vocabOffset, localRows,
+                            stream());
+  }
+  void positionEmbeddingForward(T *y, const T *x, const T *weight, int64_t seq, int64_t batch,
+                                int64_t hidden) {
+    cuda::positionEmbeddingForward(y, x, weight, seq, batch, hidden, stream());
+  }
+  void positionEmbeddingBackward(T *dx, T *dweight, const T *dy, int64_t seq, int64_t batch,
+                                 int64_t hidden) {
+    cuda::positionEmbeddingBackward(dx, dweight, dy, seq, batch, hidden, stream());
+  }
+  void layerNormForward(T *y, const T *x, const T *weight, const T *bias, int64_t rows,
+                        int64_t dim, double eps) {
+    cuda::layerNormForward(y, x, weight, bias, rows, dim, eps, stream());
+  }
+  void layerNormBackward(T *dx, T *dweight, T *dbias, const T *x, const T *weight, const T *dy,
+                         int64_t rows, int64_t dim, double eps) {
+    cuda::layerNormBackward(dx, dweight, dbias, x, weight, dy, rows, dim, eps, stream());
+  }
+  void rmsNormForward(T *y, const T *x, const T *weight, int64_t rows, int64_t dim, double eps) {
+    cuda::rmsNormForward(y, x, weight, rows, dim, eps, stream());
+  }
+  void rmsNormBackward(T *dx, T *dweight, const T *x, const T *weight, const T *dy, int64_t rows,
+                       int64_t dim, double eps) {
+    cuda::rmsNormBackward(dx, dweight, x, weight, dy, rows, dim, eps, stream());
+  }
+  void matmulForward(T *c, const T *a, const T *b, int64_t m, int64_t n, int64_t k, bool transA,
+                     bool transB) {
+    cuda::matmulForward(*blas, c, a, b, m, n, k, transA, transB);
+  }
+  void matmulBackward(T *da, T *db, const T *a, const T *b, const T *dc, int64_t m, int64_t n,
+                      int64_t k, bool transA, bool transB, cpu::GradWrite daWrite,
+                      cpu::GradWrite dbWrite) {
+    cuda::matmulBackward(*blas, da, db, a, b, dc, m, n, k, transA, transB, daWrite, dbWrite);
+  }
+  void biasAddForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim) {
+    cuda::biasAddForward(y, x, bias, rows, dim, stream());
+  }
+  void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim) {
+    cuda::biasAddBackward(dx, dbias, dy, rows, dim, stream());
+  }
+  void residualAddForward(T *y, const T *a, const T *b, int64_t n) {
+    cuda::residualAddForward(y, a, b, n, stream());
+  }
+  void residualAddBackward(T *da, T *db, const T *dy, int64_t n) {
+    cuda::residualAddBackward(da, db, dy, n, stream());
+  }
+  void ropeForward(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
+                   double theta) {
+    cuda::ropeForward(y, x, seq, batch, heads, headDim, theta, stream());
+  }
+  void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads,
+                    int64_t headDim, double theta) {
+    cuda::ropeBackward(dx, dy, seq, batch, heads, headDim, theta, stream());
+  }
+  void attentionForward(T *y, const T *q, const T *k, const T *v, int64_t seq, int64_t batch,
+                        int64_t heads, int64_t kvHeads, int64_t headDim, bool causal) {
+    cuda::attentionForward(*blas, y, q, k, v, seq, batch, heads, kvHeads, headDim, causal);
+  }
+  void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dy,
+                         int64_t seq, int64_t batch, int64_t heads, int64_t kvHeads,
+                         int64_t headDim, bool causal) {
+    cuda::attentionBackward(*blas, dq, dk, dv, q, k, v, dy, seq, batch, heads, kvHeads, headDim,
+                            causal);
+  }
+  void geluForward(T *y, const T *x, int64_t n) { cuda::geluForward(y, x, n, stream()); }
+  void geluBackward(T *dx, const T *x, const T *dy, int64_t n) {
+    cuda::geluBackward(dx, x, dy, n, stream());
+  }
+  void swigluForward(T *y, const T *gate, const T *up, int64_t rows, int64_t ffn) {
+    cuda::swigluForward(y, gate, up, rows, ffn, stream());
+  }
+  void swigluBackward(T *dgate, T *dup, const T *gate, const T *up, const T *dy, int64_t rows,
+                      int64_t ffn) {
+    cuda::swigluBackward(dgate, dup, gate, up, dy, rows, ffn, stream());
+  }
+
+  // Vocab-parallel cross entropy; the pieces are Stat (fp32).
+  void crossEntropyRowMax(float *rowMax, const T *logits, int64_t rows, int64_t localVocab) {
+    cuda::crossEntropyRowMax(rowMax, logits, rows, localVocab, stream());
+  }
+  void crossEntropySumExp(float *rowSum, const T *logits, const float *rowMax, int64_t rows,
+                          int64_t localVocab) {
+    cuda::crossEntropySumExp(rowSum, logits, rowMax, rows, localVocab, stream());
+  }
+  void crossEntropyTargetLogit(float *target, const T *logits, const int64_t *labels,
+                               int64_t seq, int64_t batch, int64_t localVocab,
+                               int64_t vocabOffset) {
+    cuda::crossEntropyTargetLogit(target, logits, labels, seq, batch, localVocab, vocabOffset,
+                                  stream());
+  }
+  /// The microbatch's loss (the fp32 value, before rounding to T), on the host; also written
+  /// to `loss`, one Value on the device.
+  double crossEntropyLoss(T *loss, const float *rowMax, const float *rowSum, const float *target,
+                          int64_t rows);
+  void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels,
+                            const float *rowMax, const float *rowSum, double dloss, int64_t seq,
+                            int64_t batch, int64_t localVocab, int64_t vocabOffset) {
+    cuda::crossEntropyBackward(dlogits, logits, labels, rowMax, rowSum, float(dloss), seq, batch,
+                               localVocab, vocabOffset, stream());
+  }
+
+  //===--- Optimizer ------------------------------------------------------===//
+
+  /// sum over the ranges of sum x^2, added in fp64 on the device, read once.
+  double squaredSum(llvm::ArrayRef<std::pair<const T *, int64_t>> ranges);
+  void scale(T *x, int64_t n, double factor) { cuda::scale(x, n, factor, stream()); }
+  /// AdamW; for bf16/fp16 on the fp32 `master` with fp32 gradients, rounded into `weights`.
+  void adamwStep(T *weights, float *master, const T *grad, float *m, float *v, int64_t n,
+                 const cpu::AdamWConfig &config);
+  /// SGD, as adamwStep; momentum null when the plan's momentum is 0.
+  void sgdStep(T *weights, float *master, const T *grad, float *momentum, int64_t n,
+               const cpu::SGDConfig &config);
+  /// master = weights in fp32, before the first step (KeepsMasterWeights only).
+  void initMaster(float *master, const T *weights, int64_t n);
+
+private:
+  struct StreamDestroyer {
+    void operator()(cudaStream_t stream) const { cudaStreamDestroy(stream); }
+  };
+
+  static cudaStream_t createStream(int device);
+  /// Blocks until the stream's work so far completed; `what` names the transfer waited for.
+  void waitFor(const std::string &what);
+  /// Copies n floats out of the pinned staging buffer, which the caller filled, into dst as T.
+  void uploadStaged(T *dst, const float *staged, int64_t n, const std::string &what);
+  /// The optimizer step of bf16/fp16 storage: `step(master, fp32 grad)`, then weights =
+  /// master rounded.
+  template <typename Step>
+  void stepMaster(T *weights, float *master, const T *grad, int64_t n, const char *what,
+                  Step step);
+
+  // Declared in construction order; destroyed in reverse, the stream last.
+  int device_;
+  std::unique_ptr<CUstream_st, StreamDestroyer> stream_;
+  std::unique_ptr<cuda::Blas> blas;
+  std::unique_ptr<CudaMemorySpace> space;
+  MemoryTracker tracker;
+  cuda::PinnedStaging staging;
+};
+
+extern template class CudaDevice<float>;
+extern template class CudaDevice<__nv_bfloat16>;
+extern template class CudaDevice<__half>;
+
+} // namespace parc::runtime
+
+#endif // PARC_RUNTIME_CUDADEVICE_H
