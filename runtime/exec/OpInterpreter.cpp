@@ -79,7 +79,7 @@ template <typename D> int64_t OpInterpreter<D>::Operand::numel() const { return 
 template <typename D>
 void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayRef<plan::Op> ops,
                            const std::vector<std::vector<std::string>> &freeAfter,
-                           ChunkEnv<T> &env) {
+                           ChunkEnv<T> &env, llvm::function_ref<void(size_t)> afterOp) {
   for (size_t i = 0; i < ops.size(); ++i) {
     Context ctx{chunk, ops[i], env, {}};
     try {
@@ -93,6 +93,8 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
       dev.accumulate(pending.grad, pending.scratch.data(), int64_t(pending.scratch.size()));
     for (const std::string &name : freeAfter[i])
       env.erase(name);
+    if (afterOp)
+      afterOp(i);
   }
 }
 

@@ -34,7 +34,7 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
   if (llvm::Error error = params.buildPartitions())
     throw std::runtime_error("the plan cannot be executed: " + llvm::toString(std::move(error)));
   params.initialize(uint64_t(plan.train.seed));
-  ScheduleRunner<D> runner(plan, comm, params, job.data);
+  ScheduleRunner<D> runner(plan, comm, params, job.data, options.gradBucketBytes);
 
   int64_t steps = options.steps.value_or(plan.train.steps);
   int64_t logEvery = std::max<int64_t>(1, options.logEvery);
@@ -59,6 +59,12 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
     }
   }
 
+  // Only when it happened: with buckets larger than the gradients there is nothing to say.
+  if (runner.reportsLoss() && runner.gradSync().earlyLaunchesThisStep() > 0)
+    out << llvm::format("overlap  %lld all-reduces of the data-parallel gradient sync per step "
+                        "started during the backward (buckets of %.3g MiB)\n",
+                        (long long)runner.gradSync().earlyLaunchesThisStep(),
+                        double(options.gradBucketBytes) / double(1 << 20));
   // Taken before the dump, whose gathers are not part of training.
   // Printed by the rank that printed the steps, so that under mpirun, which forwards each
   // process's output on its own, the lines keep their order.

@@ -60,9 +60,11 @@ std::string describeInstr(const plan::Instr &instr) {
 
 template <typename D>
 ScheduleRunner<D>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm,
-                                  ParamStore<D> &params, const TokenStream &data)
+                                  ParamStore<D> &params, const TokenStream &data,
+                                  int64_t gradBucketBytes)
     : plan(plan), comm(comm), params(params), dev(params.device()), memory(dev.memory()),
-      data(data), interpreter(plan, params, comm), worldRanks(size_t(plan.world)) {
+      data(data), interpreter(plan, params, comm),
+      gradSyncOverlap(plan, params, gradBucketBytes), worldRanks(size_t(plan.world)) {
   std::iota(worldRanks.begin(), worldRanks.end(), 0);
   for (const plan::Chunk &chunk : plan.chunks)
     liveness.push_back(ChunkLiveness::analyze(chunk));
@@ -115,6 +117,7 @@ Tensor<typename D::Value> ScheduleRunner<D>::takeFrom(Key key, const std::string
 template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
   stepLossSum = 0;
   stepped = false;
+  gradSyncOverlap.beginStep();
   llvm::ArrayRef<plan::Instr> schedule = plan.schedule;
   for (size_t i = 0; i < schedule.size();) {
     size_t end = i + 1;
@@ -131,7 +134,7 @@ template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
       if (plan::isTransfer(schedule[i].op))
         runTransfers(schedule.slice(i, end - i));
       else
-        runInstr(schedule[i], step);
+        runInstr(i, step);
     } catch (const AgreedError &) {
       throw;
     } catch (const CommError &error) {
@@ -175,16 +178,19 @@ template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
   return result;
 }
 
-template <typename D> void ScheduleRunner<D>::runInstr(const plan::Instr &instr, int64_t step) {
+template <typename D> void ScheduleRunner<D>::runInstr(size_t index, int64_t step) {
+  const plan::Instr &instr = plan.schedule[index];
   switch (instr.op) {
   case InstrKind::LoadBatch:
     return loadBatch(instr.microbatch, step);
   case InstrKind::Forward:
     return forward(instr.chunk, instr.microbatch);
   case InstrKind::Backward:
-    return backward(instr.chunk, instr.microbatch);
+    return backward(instr.chunk, instr.microbatch, index);
   case InstrKind::AllReduceGrads:
-    return params.allReduceGrads(comm, instr);
+    if (!gradSyncOverlap.finishSync(comm, index))
+      params.allReduceGrads(comm, instr);
+    return;
   case InstrKind::ReduceScatterGrads:
     return params.reduceScatterGrads(comm, instr);
   case InstrKind::AllGatherParams:
@@ -268,7 +274,8 @@ template <typename D> void ScheduleRunner<D>::forward(int64_t index, int64_t mic
   }
 }
 
-template <typename D> void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch) {
+template <typename D>
+void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch, size_t instr) {
   const plan::Chunk &chunk = chunkAt(index);
   auto found = envs.find({index, microbatch});
   if (found == envs.end())
@@ -291,7 +298,7 @@ template <typename D> void ScheduleRunner<D>::backward(int64_t index, int64_t mi
     envs.erase({index + 1, microbatch});
   }
   interpreter.run(chunk, /*backward=*/true, chunk.backward, liveness[size_t(index)].afterBackward,
-                  env);
+                  env, [&](size_t op) { gradSyncOverlap.afterBackwardOp(comm, instr, op); });
   // Only the input gradient outlives the backward, until it is sent or handed over.
   std::string inputGrad = chunk.input.empty() ? "" : plan::gradName(chunk.input);
   Tensor<T> kept;

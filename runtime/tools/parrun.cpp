@@ -2,7 +2,7 @@
 //
 //   parrun PLANS_DIR [--steps N] [--data FILE] [--comm=local|mpi|nccl]
 //          [--precision=fp32|fp64|bf16|fp16] [--backend=cpu|cuda] [--log-every K]
-//          [--timeout SECONDS] [--dump-weights FILE]
+//          [--timeout SECONDS] [--grad-bucket-mb MIB] [--dump-weights FILE]
 //
 // --comm=local (the default outside mpirun) runs every rank as a thread of this process (on
 // CUDA, all of them on GPU 0); --comm=nccl (CUDA) runs them as threads with a GPU each;
@@ -65,6 +65,11 @@ cl::opt<int64_t> logEvery("log-every", cl::desc("Print every K-th step (and the 
 cl::opt<double> timeoutSeconds("timeout",
                                cl::desc("Seconds any wait for another rank may take (default 300)"),
                                cl::value_desc("SECONDS"), cl::init(300), cl::cat(parrunCategory));
+cl::opt<double> gradBucketMB(
+    "grad-bucket-mb",
+    cl::desc("Start the data-parallel gradient all-reduce in buckets of this many MiB during "
+             "the backward; 0 waits for the plan's instruction (default 25)"),
+    cl::value_desc("MIB"), cl::init(25), cl::cat(parrunCategory));
 cl::opt<std::string> dumpWeights("dump-weights",
                                  cl::desc("After the last step, write every parameter (whole) "
                                           "and the per-step losses to FILE as JSON"),
@@ -91,6 +96,8 @@ int main(int argc, char **argv) {
     return usage("--log-every must be 1 or more, not " + Twine(int64_t(logEvery)));
   if (!(timeoutSeconds > 0))
     return usage("--timeout must be a positive number of seconds");
+  if (!(gradBucketMB >= 0 && gradBucketMB <= 1 << 20))
+    return usage("--grad-bucket-mb must be between 0 and 1048576");
 
   parc::runtime::RunOptions options;
   options.planDir = planDir;
@@ -102,6 +109,7 @@ int main(int argc, char **argv) {
   options.logEvery = logEvery;
   options.timeoutSeconds = timeoutSeconds;
   options.dumpWeightsPath = dumpWeights;
+  options.gradBucketBytes = int64_t(gradBucketMB * double(1 << 20));
 
   using parc::runtime::CommKind;
   CommKind comm = commChoice == CommChoice::NCCL    ? CommKind::NCCL

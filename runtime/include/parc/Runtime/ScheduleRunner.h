@@ -18,6 +18,7 @@
 #include "parc/Runtime/Buffer.h"
 #include "parc/Runtime/Communicator.h"
 #include "parc/Runtime/Data.h"
+#include "parc/Runtime/GradSyncOverlap.h"
 #include "parc/Runtime/OpInterpreter.h"
 #include "parc/Runtime/Optimizer.h"
 #include "parc/Runtime/ParamStore.h"
@@ -45,22 +46,24 @@ template <typename D> class ScheduleRunner {
 public:
   using T = typename D::Value;
 
+  /// gradBucketBytes: see GradSyncOverlap.h (0: every sync at its instruction).
   ScheduleRunner(const plan::RankPlan &plan, Communicator &comm, ParamStore<D> &params,
-                 const TokenStream &data);
+                 const TokenStream &data, int64_t gradBucketBytes = 0);
 
   /// Runs 0-based step `step`. Throws AgreedError when the loss or gradient norm is not finite.
   StepResult runStep(int64_t step);
 
   bool reportsLoss() const;
+  const GradSyncOverlap<D> &gradSync() const { return gradSyncOverlap; }
 
 private:
   using Key = std::pair<int64_t, int64_t>; // (chunk, microbatch)
 
-  void runInstr(const plan::Instr &instr, int64_t step);
+  void runInstr(size_t index, int64_t step);
   void runTransfers(llvm::ArrayRef<plan::Instr> run);
   void loadBatch(int64_t microbatch, int64_t step);
   void forward(int64_t chunk, int64_t microbatch);
-  void backward(int64_t chunk, int64_t microbatch);
+  void backward(int64_t chunk, int64_t microbatch, size_t index);
   void afterOptimizer(const StepStats &stats, int64_t step);
   const plan::Chunk &chunkAt(int64_t index) const;
   /// The tensor table's shape of `name` in `chunk`.
@@ -75,6 +78,7 @@ private:
   MemoryTracker &memory;
   const TokenStream &data;
   OpInterpreter<D> interpreter;
+  GradSyncOverlap<D> gradSyncOverlap;
   std::vector<ChunkLiveness> liveness;
   std::vector<int64_t> worldRanks;
   std::map<Key, ChunkEnv<T>> envs;
