@@ -102,4 +102,17 @@ TEST(KernelsInitTest, InitIsNormalWithTheGivenStd) {
   EXPECT_EQ(constant, Vec(6, 0.0));
 }
 
+// Shards above a million elements are filled by several threads; each element must still be
+// the function of its global index alone (rows [1000, 4000) and cols [100, 900) of [6000, 1000]).
+TEST(KernelsInitTest, LargeShardsAreFilledInParallelWithTheSameValues) {
+  Vec shard(3000 * 800);
+  initShard(shard.data(), 7, "w", {6000, 1000}, {{1000, 3000}, {100, 800}}, InitKind::Normal, 1.0);
+  uint64_t hash = initNameHash("w");
+  for (int64_t r = 0; r < 3000; ++r)
+    for (int64_t c = 0; c < 800; ++c)
+      ASSERT_EQ(shard[size_t(r * 800 + c)],
+                initStandardNormal(7, hash, uint64_t((1000 + r) * 1000 + 100 + c)))
+          << "row " << r << ", col " << c;
+}
+
 } // namespace
