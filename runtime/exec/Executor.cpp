@@ -38,14 +38,18 @@ std::string formatBytes(int64_t bytes) {
 }
 
 /// One rank's part of the memory report, exchanged so that the printing rank shows every
-/// rank: its stage, its peaks and the plan's prediction, per category and in total.
+/// rank: its stage, its peaks and the plan's prediction, per category and in total, and on a
+/// GPU the peak of each category's memory pool as the driver measured it (-1: no pools).
 struct MemoryRow {
   static constexpr size_t Columns = NumMemoryCategories + 1; // the categories, then the total
   int64_t stage = 0, reserve = 0;
   std::array<int64_t, Columns> held{}, predicted{};
+  std::array<int64_t, NumMemoryCategories> pools{-1, -1, -1, -1};
 
   MemoryRow() = default;
-  MemoryRow(const plan::RankPlan &plan, const MemoryTracker &memory) {
+  MemoryRow(const plan::RankPlan &plan, const MemoryTracker &memory,
+            const std::array<int64_t, NumMemoryCategories> &poolPeaks)
+      : pools(poolPeaks) {
     stage = plan.coords.pp;
     reserve = plan.predictedMemory.reserve;
     for (size_t c = 0; c < NumMemoryCategories; ++c)
@@ -60,6 +64,8 @@ struct MemoryRow {
     std::string text = std::to_string(stage) + " " + std::to_string(reserve);
     for (size_t c = 0; c < Columns; ++c)
       text += " " + std::to_string(held[c]) + " " + std::to_string(predicted[c]);
+    for (int64_t bytes : pools)
+      text += " " + std::to_string(bytes);
     return text;
   }
   static MemoryRow decode(llvm::StringRef text) {
@@ -71,13 +77,16 @@ struct MemoryRow {
       field.getAsInteger(10, value);
       numbers.push_back(value);
     }
-    numbers.resize(2 + 2 * Columns, 0);
+    numbers.resize(2 + 2 * Columns + NumMemoryCategories, -1);
     MemoryRow row;
     row.stage = numbers[0];
     row.reserve = numbers[1];
     for (size_t c = 0; c < Columns; ++c) {
       row.held[c] = numbers[2 + 2 * c];
       row.predicted[c] = numbers[3 + 2 * c];
+    }
+    for (size_t c = 0; c < NumMemoryCategories; ++c) {
+      row.pools[c] = numbers[2 + 2 * Columns + c];
     }
     return row;
   }
@@ -94,8 +103,9 @@ std::string formatDifference(int64_t held, int64_t predicted) {
 
 } // namespace
 
-std::string encodeMemoryRow(const plan::RankPlan &plan, const MemoryTracker &memory) {
-  return MemoryRow(plan, memory).encode();
+std::string encodeMemoryRow(const plan::RankPlan &plan, const MemoryTracker &memory,
+                            const std::array<int64_t, NumMemoryCategories> &poolPeaks) {
+  return MemoryRow(plan, memory, poolPeaks).encode();
 }
 
 void printMemory(llvm::ArrayRef<std::string> encoded, const RunOptions &options,
@@ -124,6 +134,12 @@ void printMemory(llvm::ArrayRef<std::string> encoded, const RunOptions &options,
     for (int64_t bytes : row.held)
       out << llvm::right_justify(formatBytes(bytes), 13);
     out << "\n";
+    if (row.pools[0] >= 0) {
+      cells("", "", "pool");
+      for (int64_t bytes : row.pools)
+        out << llvm::right_justify(formatBytes(bytes), 13);
+      out << "\n";
+    }
     cells("", "", "model");
     for (int64_t bytes : row.predicted)
       out << llvm::right_justify(formatBytes(bytes), 13);

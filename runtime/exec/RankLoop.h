@@ -16,12 +16,15 @@
 #include "llvm/Support/Format.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 namespace parc::runtime {
 
-/// This rank's line of the memory report: its peaks per category beside the plan's prediction.
-std::string encodeMemoryRow(const plan::RankPlan &plan, const MemoryTracker &memory);
+/// This rank's line of the memory report: its peaks per category beside the plan's prediction,
+/// and the device's pool peaks per category (-1 where it has no pools).
+std::string encodeMemoryRow(const plan::RankPlan &plan, const MemoryTracker &memory,
+                            const std::array<int64_t, NumMemoryCategories> &poolPeaks);
 /// Prints the report from every rank's encoded row.
 void printMemory(llvm::ArrayRef<std::string> encoded, const RunOptions &options,
                  plan::DType modelDtype, llvm::raw_ostream &out);
@@ -68,7 +71,10 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
   // Taken before the dump, whose gathers are not part of training.
   // Printed by the rank that printed the steps, so that under mpirun, which forwards each
   // process's output on its own, the lines keep their order.
-  std::vector<std::string> rows = comm.agree(encodeMemoryRow(plan, device.memory()));
+  std::array<int64_t, NumMemoryCategories> poolPeaks;
+  for (size_t c = 0; c < NumMemoryCategories; ++c)
+    poolPeaks[c] = device.poolPeakBytes(static_cast<MemoryCategory>(c));
+  std::vector<std::string> rows = comm.agree(encodeMemoryRow(plan, device.memory(), poolPeaks));
   if (runner.reportsLoss())
     printMemory(rows, options, plan.model.dtype, out);
   if (!options.dumpWeightsPath.empty())

@@ -13,6 +13,7 @@
 //                                              of every owned weight (half-precision storage)
 //   static constexpr const char *Name          "cpu" or "cuda", for messages
 //   MemoryTracker &memory()                    its space is where Buffers live
+//   int64_t poolPeakBytes(MemoryCategory)      a pool's measured peak, or -1
 //   the copies, fills and host transfers below, and one method per kernel of Kernels.h with
 //   the same arguments (the CUDA device adds its stream and cuBLAS handle itself).
 //
@@ -81,6 +82,12 @@ public:
   }
   /// Waits until every kernel and copy queued so far completed (step timing).
   void synchronize() {}
+  /// The peak of a category's memory pool as the allocator measured it; -1: no pools (host
+  /// memory comes from malloc, and the tracker's count is the measure).
+  int64_t poolPeakBytes(MemoryCategory category) const {
+    (void)category;
+    return -1;
+  }
 
   //===--- Kernels (Kernels.h) --------------------------------------------===//
 
