@@ -2,9 +2,7 @@
 
 #include "parc/Runtime/GradSyncOverlap.h"
 
-#ifdef PARC_HAVE_CUDA
-#include "parc/Runtime/CudaDevice.h"
-#endif
+#include "Devices.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -149,12 +147,8 @@ template <typename D> std::vector<size_t> GradSyncOverlap<D>::overlappedSyncs() 
   return result;
 }
 
-template class GradSyncOverlap<CpuDevice<float>>;
-template class GradSyncOverlap<CpuDevice<double>>;
-#ifdef PARC_HAVE_CUDA
-template class GradSyncOverlap<CudaDevice<float>>;
-template class GradSyncOverlap<CudaDevice<__nv_bfloat16>>;
-template class GradSyncOverlap<CudaDevice<__half>>;
-#endif
+#define INSTANTIATE(D) template class GradSyncOverlap<D>;
+PARC_FOR_EACH_DEVICE(INSTANTIATE)
+#undef INSTANTIATE
 
 } // namespace parc::runtime

@@ -9,9 +9,7 @@
 
 #include "parc/Runtime/OpInterpreter.h"
 
-#ifdef PARC_HAVE_CUDA
-#include "parc/Runtime/CudaDevice.h"
-#endif
+#include "Devices.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -188,13 +186,7 @@ template <typename D> void OpInterpreter<D>::executeLoss(Context &ctx) {
 #define PARC_INSTANTIATE(D)                                                                        \
   template void OpInterpreter<D>::executeCollective(Context &);                                    \
   template void OpInterpreter<D>::executeLoss(Context &);
-PARC_INSTANTIATE(CpuDevice<float>)
-PARC_INSTANTIATE(CpuDevice<double>)
-#ifdef PARC_HAVE_CUDA
-PARC_INSTANTIATE(CudaDevice<float>)
-PARC_INSTANTIATE(CudaDevice<__nv_bfloat16>)
-PARC_INSTANTIATE(CudaDevice<__half>)
-#endif
+PARC_FOR_EACH_DEVICE(PARC_INSTANTIATE)
 #undef PARC_INSTANTIATE
 
 } // namespace parc::runtime

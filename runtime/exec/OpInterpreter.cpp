@@ -8,9 +8,7 @@
 
 #include "parc/Runtime/OpInterpreter.h"
 
-#ifdef PARC_HAVE_CUDA
-#include "parc/Runtime/CudaDevice.h"
-#endif
+#include "Devices.h"
 
 #include "llvm/ADT/StringExtras.h"
 
@@ -373,12 +371,8 @@ template <typename D> void OpInterpreter<D>::executeBackward(Context &ctx) {
   }
 }
 
-template class OpInterpreter<CpuDevice<float>>;
-template class OpInterpreter<CpuDevice<double>>;
-#ifdef PARC_HAVE_CUDA
-template class OpInterpreter<CudaDevice<float>>;
-template class OpInterpreter<CudaDevice<__nv_bfloat16>>;
-template class OpInterpreter<CudaDevice<__half>>;
-#endif
+#define INSTANTIATE(D) template class OpInterpreter<D>;
+PARC_FOR_EACH_DEVICE(INSTANTIATE)
+#undef INSTANTIATE
 
 } // namespace parc::runtime

@@ -2,9 +2,7 @@
 
 #include "parc/Runtime/Optimizer.h"
 
-#ifdef PARC_HAVE_CUDA
-#include "parc/Runtime/CudaDevice.h"
-#endif
+#include "Devices.h"
 
 #include <algorithm>
 #include <cmath>
@@ -93,13 +91,7 @@ StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::R
 #define PARC_INSTANTIATE(D)                                                                        \
   template StepStats optimizerStep(ParamStore<D> &, Communicator &, const plan::RankPlan &,        \
                                    const plan::Instr &, int64_t);
-PARC_INSTANTIATE(CpuDevice<float>)
-PARC_INSTANTIATE(CpuDevice<double>)
-#ifdef PARC_HAVE_CUDA
-PARC_INSTANTIATE(CudaDevice<float>)
-PARC_INSTANTIATE(CudaDevice<__nv_bfloat16>)
-PARC_INSTANTIATE(CudaDevice<__half>)
-#endif
+PARC_FOR_EACH_DEVICE(PARC_INSTANTIATE)
 #undef PARC_INSTANTIATE
 
 } // namespace parc::runtime

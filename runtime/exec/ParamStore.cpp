@@ -2,9 +2,7 @@
 
 #include "parc/Runtime/ParamStore.h"
 
-#ifdef PARC_HAVE_CUDA
-#include "parc/Runtime/CudaDevice.h"
-#endif
+#include "Devices.h"
 
 #include "llvm/ADT/Twine.h"
 
@@ -264,12 +262,8 @@ template <typename D> typename D::Value *ParamStore<D>::ownedWeights(Param &para
   return partition.owned.data() + param.flatOffset + param.ownedBegin - partition.ownedLo();
 }
 
-template class ParamStore<CpuDevice<float>>;
-template class ParamStore<CpuDevice<double>>;
-#ifdef PARC_HAVE_CUDA
-template class ParamStore<CudaDevice<float>>;
-template class ParamStore<CudaDevice<__nv_bfloat16>>;
-template class ParamStore<CudaDevice<__half>>;
-#endif
+#define INSTANTIATE(D) template class ParamStore<D>;
+PARC_FOR_EACH_DEVICE(INSTANTIATE)
+#undef INSTANTIATE
 
 } // namespace parc::runtime

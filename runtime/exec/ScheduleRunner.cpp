@@ -3,9 +3,7 @@
 #include "parc/Runtime/ScheduleRunner.h"
 
 #include "parc/Runtime/Executor.h"
-#ifdef PARC_HAVE_CUDA
-#include "parc/Runtime/CudaDevice.h"
-#endif
+#include "Devices.h"
 
 #include "llvm/ADT/STLExtras.h"
 
@@ -365,12 +363,8 @@ template <typename D> void ScheduleRunner<D>::runTransfers(llvm::ArrayRef<plan::
   }
 }
 
-template class ScheduleRunner<CpuDevice<float>>;
-template class ScheduleRunner<CpuDevice<double>>;
-#ifdef PARC_HAVE_CUDA
-template class ScheduleRunner<CudaDevice<float>>;
-template class ScheduleRunner<CudaDevice<__nv_bfloat16>>;
-template class ScheduleRunner<CudaDevice<__half>>;
-#endif
+#define INSTANTIATE(D) template class ScheduleRunner<D>;
+PARC_FOR_EACH_DEVICE(INSTANTIATE)
+#undef INSTANTIATE
 
 } // namespace parc::runtime

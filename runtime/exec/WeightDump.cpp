@@ -2,9 +2,7 @@
 
 #include "parc/Runtime/WeightDump.h"
 
-#ifdef PARC_HAVE_CUDA
-#include "parc/Runtime/CudaDevice.h"
-#endif
+#include "Devices.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -241,13 +239,7 @@ void dumpWeights(Communicator &comm, ParamStore<D> &params, const plan::RankPlan
 #define PARC_INSTANTIATE(D)                                                                        \
   template void dumpWeights(Communicator &, ParamStore<D> &, const plan::RankPlan &,               \
                             const RankSummary &, llvm::StringRef, llvm::StringRef);
-PARC_INSTANTIATE(CpuDevice<float>)
-PARC_INSTANTIATE(CpuDevice<double>)
-#ifdef PARC_HAVE_CUDA
-PARC_INSTANTIATE(CudaDevice<float>)
-PARC_INSTANTIATE(CudaDevice<__nv_bfloat16>)
-PARC_INSTANTIATE(CudaDevice<__half>)
-#endif
+PARC_FOR_EACH_DEVICE(PARC_INSTANTIATE)
 #undef PARC_INSTANTIATE
 
 } // namespace parc::runtime
