@@ -127,10 +127,14 @@ void CudaCommunicator::synchronize() {
     if (status == cudaSuccess)
       return;
     if (status != cudaErrorNotReady)
-      checkCuda(status, "cudaEventQuery", what);
+      checkCuda(status, "cudaEventQuery",
+                what + " (the error may come from any kernel queued before; "
+                       "CUDA_LAUNCH_BLOCKING=1 reports it at its launch)");
+    // Not an error, but the runtime keeps it as the thread's last error, which the next
+    // kernel launch's check would then report as its own failure.
+    (void)cudaGetLastError();
     checkTransport(what);
     if (std::chrono::steady_clock::now() > deadline) {
-      abandonTransfers();
       std::string text;
       llvm::raw_string_ostream(text) << llvm::format("%g s", timeoutSeconds());
       fail("timed out after " + text + " in " + what +
@@ -141,8 +145,12 @@ void CudaCommunicator::synchronize() {
 }
 
 void CudaCommunicator::fail(const std::string &message) {
-  if (failure.empty())
+  if (failure.empty()) {
     failure = message;
+    // No later call may run, so nothing in flight can be waited for either: a kernel left
+    // waiting for peers would hold every later wait on this device, the destructors' too.
+    abandonTransfers();
+  }
   throw CommError(message);
 }
 

@@ -1,12 +1,13 @@
 //===- NCCLCommunicator.cpp - One rank per GPU, NCCL for the data ---------===//
 //
 // See NCCLCommunicator.h for the cost of each call. Communicators: the world one (for
-// exchange and ncclCommSplit), and one per group, split from the world by splitGroups() or
-// created on first use from a ncclUniqueId that the group's first member draws and
-// all-gathers through the host communicator. Every NCCL and CUDA call is checked; a failure
-// fails this communicator with a CommError that names the call, the collective and the rank.
-// synchronize() also polls NCCL's asynchronous errors, and a timeout aborts every NCCL
-// communicator so that no kernel is left spinning on a peer that will never come.
+// exchange, ncclCommSplit and the group of all ranks in rank order), and one per group, split
+// from the world by splitGroups() or created on first use from a ncclUniqueId that the
+// group's first member draws and all-gathers through the host communicator. Every NCCL and
+// CUDA call is checked; a failure fails this communicator with a CommError that names the
+// call, the collective and the rank. synchronize() also polls NCCL's asynchronous errors, and
+// any failure (a timeout too) aborts every NCCL communicator so that no kernel is left
+// spinning on a peer that will never come.
 //
 //===----------------------------------------------------------------------===//
 
@@ -93,6 +94,12 @@ struct NCCLCommunicator::Impl {
     auto it = groups.find(key);
     if (it != groups.end())
       return it->second;
+    // All ranks in rank order (the loss's all-reduce): the world communicator is that group.
+    bool everyRank = true;
+    for (size_t i = 0; i < key.size(); ++i)
+      everyRank = everyRank && key[i] == int64_t(i);
+    if (everyRank && int64_t(key.size()) == host.world())
+      return world;
     ncclUniqueId id;
     std::memset(&id, 0, sizeof id);
     if (call.position == 0)

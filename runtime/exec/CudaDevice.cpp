@@ -8,9 +8,8 @@
 
 #include "parc/Runtime/CudaDevice.h"
 
-#include "parc/Runtime/Init.h"
-
 #include "parc/Runtime/CudaCommunicator.h"
+#include "parc/Runtime/Init.h"
 
 #include <algorithm>
 #include <cassert>
@@ -35,13 +34,46 @@ CudaDevice<T>::CudaDevice(int device)
       space(std::make_unique<CudaMemorySpace>(device, stream_.get())), tracker(space.get()) {}
 
 template <typename T> CudaDevice<T>::~CudaDevice() {
+  // The communicator must not order later calls against a stream that is gone.
+  if (comm)
+    comm->setComputeStream(nullptr);
   // The pools and the stream may only go once the queued kernels and frees are done. Quiet:
   // a failure means the context is gone, and a destructor must not throw.
   cudaStreamSynchronize(stream());
 }
 
+template <typename T> void CudaDevice<T>::bindCommunicator(CudaCommunicator *bound) {
+  if (comm)
+    comm->setComputeStream(nullptr);
+  comm = bound;
+  if (comm)
+    comm->setComputeStream(stream());
+}
+
 template <typename T> void CudaDevice<T>::waitFor(const std::string &what) {
-  PARC_CUDA_CHECK(cudaStreamSynchronize(stream()), what);
+  if (comm)
+    comm->synchronize();
+  // A fault inside a kernel surfaces at the next wait, whatever kernel it was.
+  PARC_CUDA_CHECK(cudaStreamSynchronize(stream()),
+                  what + " (the error may come from any kernel queued since the previous wait; "
+                         "CUDA_LAUNCH_BLOCKING=1 reports it at its launch)");
+}
+
+template <typename T>
+void CudaDevice<T>::copyToHost(void *host, const void *source, size_t bytes,
+                               const std::string &what) {
+  if (comm)
+    comm->synchronize();
+  PARC_CUDA_CHECK(cudaMemcpyAsync(host, source, bytes, cudaMemcpyDeviceToHost, stream()), what);
+  waitFor(what);
+}
+
+template <typename T> void *CudaDevice<T>::stage(size_t bytes, const std::string &what) {
+  // Only when the previous upload is still queued, behind collectives perhaps: then the
+  // communicator's deadline bounds the wait.
+  if (comm && staging.busy())
+    comm->synchronize();
+  return staging.acquire(bytes, what);
 }
 
 template <typename T> void CudaDevice<T>::synchronize() { waitFor("synchronize"); }
@@ -73,7 +105,7 @@ void CudaDevice<T>::uploadIds(int64_t *dst, const int64_t *src, int64_t n) {
   if (n <= 0)
     return;
   std::string what = "upload of " + std::to_string(n) + " ids";
-  void *staged = staging.acquire(n * sizeof(int64_t), what);
+  void *staged = stage(n * sizeof(int64_t), what);
   std::memcpy(staged, src, n * sizeof(int64_t));
   PARC_CUDA_CHECK(
       cudaMemcpyAsync(dst, staged, n * sizeof(int64_t), cudaMemcpyHostToDevice, stream()), what);
@@ -100,7 +132,7 @@ template <typename T> void CudaDevice<T>::upload(T *dst, const double *src, int6
   if (n <= 0)
     return;
   std::string what = "upload of " + std::to_string(n) + " values";
-  auto *staged = static_cast<float *>(staging.acquire(n * sizeof(float), what));
+  auto *staged = static_cast<float *>(stage(n * sizeof(float), what));
   for (int64_t i = 0; i < n; ++i)
     staged[i] = float(src[i]);
   uploadStaged(dst, staged, n, what);
@@ -114,7 +146,7 @@ void CudaDevice<T>::initShard(T *dst, uint64_t seed, const plan::ParamShard &sha
   if (n <= 0)
     return;
   std::string what = "initialisation of " + shard.name;
-  auto *staged = static_cast<float *>(staging.acquire(n * sizeof(float), what));
+  auto *staged = static_cast<float *>(stage(n * sizeof(float), what));
   runtime::initShard(staged, seed, shard);
   uploadStaged(dst, staged, n, what);
 }
@@ -125,17 +157,11 @@ template <typename T> std::vector<double> CudaDevice<T>::download(const T *src, 
   std::string what = "download of " + std::to_string(n) + " values";
   std::vector<float> host(n);
   if constexpr (std::is_same_v<T, float>) {
-    PARC_CUDA_CHECK(
-        cudaMemcpyAsync(host.data(), src, n * sizeof(float), cudaMemcpyDeviceToHost, stream()),
-        what);
-    waitFor(what);
+    copyToHost(host.data(), src, n * sizeof(float), what);
   } else {
     cuda::StreamBuffer<float> values(n, stream(), "download");
     cuda::convert(values.get(), src, n, stream());
-    PARC_CUDA_CHECK(cudaMemcpyAsync(host.data(), values.get(), n * sizeof(float),
-                                    cudaMemcpyDeviceToHost, stream()),
-                    what);
-    waitFor(what);
+    copyToHost(host.data(), values.get(), n * sizeof(float), what);
   }
   return {host.begin(), host.end()};
 }
@@ -146,8 +172,12 @@ void CudaDevice<T>::allReduceHost(Communicator &comm, Communicator::Group group,
   if (n == 0)
     return;
   std::string what = "all-reduce of " + std::to_string(n) + " host values";
+  // A host communicator would read the device buffer below as host memory.
   auto *deviceComm = dynamic_cast<CudaCommunicator *>(&comm);
-  if (deviceComm && deviceComm->computeStream() != stream())
+  if (!deviceComm)
+    throw cuda::CudaError(what + " on rank " + std::to_string(comm.rank()) +
+                          ": the CUDA device needs a device communicator (CudaCommunicator.h)");
+  if (deviceComm->computeStream() != stream())
     throw cuda::CudaError(what + ": the communicator of rank " + std::to_string(comm.rank()) +
                           " is not ordered on this device's stream (setComputeStream)");
   cuda::StreamBuffer<double> reduced(n, stream(), "allReduceHost");
@@ -158,13 +188,9 @@ void CudaDevice<T>::allReduceHost(Communicator &comm, Communicator::Group group,
   comm.allReduce(group, reduced.get(), n, op);
   // The communicator's wait has its deadline; a peer that never joins would leave a plain
   // stream wait blocked for ever behind the collective.
-  if (deviceComm)
-    deviceComm->synchronize();
+  deviceComm->synchronize();
   // The communicator orders the stream's later work after the call.
-  PARC_CUDA_CHECK(
-      cudaMemcpyAsync(values, reduced.get(), n * sizeof(double), cudaMemcpyDeviceToHost, stream()),
-      what);
-  waitFor(what);
+  copyToHost(values, reduced.get(), n * sizeof(double), what);
 }
 
 //===----------------------------------------------------------------------===//
@@ -178,17 +204,12 @@ double CudaDevice<T>::crossEntropyLoss(T *loss, const float *rowMax, const float
   const char *what = "crossEntropyLoss";
   if constexpr (std::is_same_v<T, float>) {
     cuda::crossEntropyLoss(loss, rowMax, rowSum, target, rows, stream());
-    PARC_CUDA_CHECK(cudaMemcpyAsync(&value, loss, sizeof value, cudaMemcpyDeviceToHost, stream()),
-                    what);
-    waitFor(what);
+    copyToHost(&value, loss, sizeof value, what);
   } else {
     cuda::StreamBuffer<float> exact(1, stream(), what);
     cuda::crossEntropyLoss(exact.get(), rowMax, rowSum, target, rows, stream());
     cuda::convert(loss, exact.get(), 1, stream());
-    PARC_CUDA_CHECK(
-        cudaMemcpyAsync(&value, exact.get(), sizeof value, cudaMemcpyDeviceToHost, stream()),
-        what);
-    waitFor(what);
+    copyToHost(&value, exact.get(), sizeof value, what);
   }
   return value;
 }
@@ -201,9 +222,7 @@ double CudaDevice<T>::squaredSum(llvm::ArrayRef<std::pair<const T *, int64_t>> r
   for (const auto &[data, n] : ranges)
     cuda::squaredSum(sum.get(), data, n, stream());
   double value = 0;
-  PARC_CUDA_CHECK(
-      cudaMemcpyAsync(&value, sum.get(), sizeof value, cudaMemcpyDeviceToHost, stream()), what);
-  waitFor(what);
+  copyToHost(&value, sum.get(), sizeof value, what);
   return value;
 }
 

@@ -154,6 +154,17 @@ void *PinnedStaging::acquire(size_t bytes, const std::string &what) {
   return host;
 }
 
+bool PinnedStaging::busy() {
+  if (!pending)
+    return false;
+  // NotReady is not an error, but it stays the thread's last error for the next launch check.
+  cudaError_t status = cudaEventQuery(copied);
+  if (status == cudaErrorNotReady)
+    (void)cudaGetLastError();
+  pending = status != cudaSuccess;
+  return pending;
+}
+
 void PinnedStaging::copiedOn(cudaStream_t stream, const std::string &what) {
   PARC_CUDA_CHECK(cudaEventRecord(copied, stream), what);
   pending = true;

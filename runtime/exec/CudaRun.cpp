@@ -10,29 +10,63 @@
 
 #include <cuda_runtime_api.h>
 
+#include <exception>
+
 namespace parc::runtime {
 
 namespace {
-/// The communicator orders its calls against the device's stream while the rank runs, and
-/// forgets the stream before the device destroys it.
-class ComputeStreamBinding {
+/// The communicator orders its calls against the device's stream, and the device's host waits
+/// go through the communicator's deadline, while the rank runs. A rank that fails may leave
+/// collectives in flight that no peer will complete; the device's destructor waits for its
+/// stream, so those calls must end first: completed, or abandoned (NCCL aborted) at the
+/// communicator's deadline, instead of holding the rank for ever. Overlapped calls are joined
+/// first: they may still write gradients whose pool the device's destructor releases.
+template <typename T> class RankBinding {
 public:
-  ComputeStreamBinding(CudaCommunicator &comm, cudaStream_t stream) : comm(comm) {
-    comm.setComputeStream(stream);
+  RankBinding(CudaDevice<T> &device, CudaCommunicator &comm)
+      : device(device), comm(comm), unwinding(std::uncaught_exceptions()) {
+    device.bindCommunicator(&comm);
   }
-  ~ComputeStreamBinding() { comm.setComputeStream(nullptr); }
-  ComputeStreamBinding(const ComputeStreamBinding &) = delete;
-  ComputeStreamBinding &operator=(const ComputeStreamBinding &) = delete;
+  ~RankBinding() {
+    if (std::uncaught_exceptions() > unwinding) {
+      try {
+        comm.joinOverlapped();
+        comm.synchronize();
+      } catch (const std::exception &) {
+        // The error on its way out says what went wrong first.
+      }
+    }
+    device.bindCommunicator(nullptr);
+  }
+  RankBinding(const RankBinding &) = delete;
+  RankBinding &operator=(const RankBinding &) = delete;
 
 private:
+  CudaDevice<T> &device;
   CudaCommunicator &comm;
+  int unwinding;
 };
+
+/// NCCL communicators for the plan's groups, created together before the first collective:
+/// created lazily, a group's ncclCommInitRank would run while other communicators' kernels
+/// wait for this rank, and NCCL's initialisation may synchronise the device (NCCL's "using
+/// multiple communicators concurrently"). Every rank splits the same entries in the same
+/// order; a group of one member needs no communicator.
+void createGroups(NCCLCommunicator &nccl, const plan::RankPlan &plan) {
+  std::vector<std::vector<int64_t>> entries;
+  for (plan::Group group : {plan::Group::TP, plan::Group::PP, plan::Group::DP,
+                            plan::Group::Model, plan::Group::Embedding}) {
+    const std::vector<int64_t> &ranks = plan.groups.get(group);
+    entries.push_back(ranks.size() > 1 ? ranks : std::vector<int64_t>());
+  }
+  nccl.splitGroups(entries);
+}
 
 template <typename T>
 RankSummary runWithPrecision(CudaCommunicator &comm, const RunOptions &options,
                              const LoadedJob &job, llvm::raw_ostream &out) {
   CudaDevice<T> device(comm.device());
-  ComputeStreamBinding binding(comm, device.stream());
+  RankBinding<T> binding(device, comm);
   RankSummary summary = runOnDevice(device, comm, options, job, out);
   comm.synchronize();
   return summary;
@@ -45,6 +79,8 @@ RankSummary runRankOnCuda(Communicator &comm, const RunOptions &options, const L
   if (!deviceComm)
     throw std::runtime_error("the CUDA backend needs a device communicator (the in-process GPU "
                              "communicator or NCCL), not a host one");
+  if (auto *nccl = dynamic_cast<NCCLCommunicator *>(deviceComm); nccl && comm.world() > 1)
+    createGroups(*nccl, job.plan);
   switch (options.precision) {
   case Precision::FP32:
     return runWithPrecision<float>(*deviceComm, options, job, out);

@@ -2,8 +2,8 @@
 
 #include "parc/Runtime/ScheduleRunner.h"
 
-#include "parc/Runtime/Executor.h"
 #include "Devices.h"
+#include "parc/Runtime/Executor.h"
 
 #include "llvm/ADT/STLExtras.h"
 
@@ -61,8 +61,8 @@ ScheduleRunner<D>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm
                                   ParamStore<D> &params, const TokenStream &data,
                                   int64_t gradBucketBytes)
     : plan(plan), comm(comm), params(params), dev(params.device()), memory(dev.memory()),
-      data(data), interpreter(plan, params, comm),
-      gradSyncOverlap(plan, params, gradBucketBytes), worldRanks(size_t(plan.world)) {
+      data(data), interpreter(plan, params, comm), gradSyncOverlap(plan, params, gradBucketBytes),
+      worldRanks(size_t(plan.world)) {
   std::iota(worldRanks.begin(), worldRanks.end(), 0);
   for (const plan::Chunk &chunk : plan.chunks)
     liveness.push_back(ChunkLiveness::analyze(chunk));
@@ -153,11 +153,15 @@ template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
                    llvm::any_of(plan.chunks, [](const plan::Chunk &c) { return c.hasHead; });
   if (holdsLoss)
     losses[size_t(plan.rank)] = stepLossSum;
+  std::string where = "step " + std::to_string(step + 1) +
+                      ", after the schedule (the loss all-reduce over all ranks): ";
   try {
     dev.allReduceHost(comm, worldRanks, losses.data(), losses.size());
   } catch (const CommError &error) {
-    throw CommError("step " + std::to_string(step + 1) +
-                    ", after the schedule (the loss all-reduce over all ranks): " + error.what());
+    throw CommError(where + error.what());
+  } catch (const std::runtime_error &error) {
+    // A device error surfacing at the wait (a CudaError) is reported with the step too.
+    throw std::runtime_error(where + error.what());
   }
   std::vector<int64_t> nonFinite;
   double total = 0;

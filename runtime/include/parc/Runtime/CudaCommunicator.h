@@ -65,7 +65,8 @@ protected:
   /// Called while synchronize() waits: reports errors of the transport (NCCL's asynchronous
   /// ones) by failing the communicator.
   virtual void checkTransport(const std::string &what) { (void)what; }
-  /// Called once synchronize() gives up, before it fails: a chance to abort transfers.
+  /// Called when the communicator fails (a timeout in synchronize(), a failed call): a
+  /// chance to abort the transfers in flight.
   virtual void abandonTransfers() {}
 
   [[noreturn]] void fail(const std::string &message) override;

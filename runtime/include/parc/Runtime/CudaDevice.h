@@ -19,6 +19,11 @@
 // queued on the stream, is ordered after the collective by the communicator. It waits through
 // the communicator's synchronize(), whose deadline a missing peer cannot outlast.
 //
+// The rank's communicator is bound to the device for the run (bindCommunicator): then every
+// host wait first waits for the communicator's calls through its synchronize(), so that a
+// collective some peer never joins ends in a CommError at the deadline (NCCL aborted) instead
+// of blocking the rank for ever inside the driver behind it.
+//
 //===----------------------------------------------------------------------===//
 #ifndef PARC_RUNTIME_CUDADEVICE_H
 #define PARC_RUNTIME_CUDADEVICE_H
@@ -49,6 +54,8 @@ template <> struct ElementTypeOf<__nv_bfloat16> {
 };
 template <> struct ElementTypeOf<__half> { static constexpr ElementType value = ElementType::F16; };
 
+class CudaCommunicator;
+
 template <typename T> class CudaDevice {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> ||
                     std::is_same_v<T, __half>,
@@ -63,7 +70,8 @@ public:
 
   /// Selects `device` for the calling thread and creates the stream, cuBLAS handle and pools.
   explicit CudaDevice(int device);
-  /// Waits for the queued work, then releases everything without throwing.
+  /// Waits for the queued work, then releases everything without throwing. Unbinds the
+  /// communicator still bound.
   ~CudaDevice();
   CudaDevice(const CudaDevice &) = delete;
   CudaDevice &operator=(const CudaDevice &) = delete;
@@ -71,6 +79,9 @@ public:
   MemoryTracker &memory() { return tracker; }
   cudaStream_t stream() const { return stream_.get(); }
   int device() const { return device_; }
+  /// Orders `comm`'s calls against stream() (setComputeStream) and makes every host wait go
+  /// through comm->synchronize() first; null unbinds the communicator bound before.
+  void bindCommunicator(CudaCommunicator *comm);
   /// The driver's high-water mark of the category's pool (CudaMemorySpace::poolPeakBytes).
   int64_t poolPeakBytes(MemoryCategory category) const { return space->poolPeakBytes(category); }
 
@@ -224,7 +235,13 @@ private:
 
   static cudaStream_t createStream(int device);
   /// Blocks until the stream's work so far completed; `what` names the transfer waited for.
+  /// The bound communicator's calls are waited for first, under its deadline.
   void waitFor(const std::string &what);
+  /// Copies device bytes into host memory and waits for them (the copy into pageable memory
+  /// blocks in the driver, so the communicator's calls are waited for before it is queued).
+  void copyToHost(void *host, const void *source, size_t bytes, const std::string &what);
+  /// The pinned staging buffer, once the previous upload out of it completed.
+  void *stage(size_t bytes, const std::string &what);
   /// Copies n floats out of the pinned staging buffer, which the caller filled, into dst as T.
   void uploadStaged(T *dst, const float *staged, int64_t n, const std::string &what);
   /// The optimizer step of bf16/fp16 storage: `step(master, fp32 grad)`, then weights =
@@ -235,6 +252,7 @@ private:
 
   // Declared in construction order; destroyed in reverse, the stream last.
   int device_;
+  CudaCommunicator *comm = nullptr;
   std::unique_ptr<CUstream_st, StreamDestroyer> stream_;
   std::unique_ptr<cuda::Blas> blas;
   std::unique_ptr<CudaMemorySpace> space;

@@ -105,6 +105,9 @@ public:
 
   void *acquire(size_t bytes, const std::string &what);
   void copiedOn(cudaStream_t stream, const std::string &what);
+  /// Whether acquire() would wait: the last copy has not completed (or failed, which
+  /// acquire() then reports).
+  bool busy();
 
 private:
   void *host = nullptr;

@@ -46,7 +46,8 @@ public:
   /// the same kinds in the same order (the plan's tp, pp, dp, model, embedding); an empty
   /// entry joins no group of that split. The groups of one entry must be disjoint, as the
   /// plan's are. A group first used without being split here is created then by its members
-  /// alone, with a ncclUniqueId shared through the host communicator.
+  /// alone, with a ncclUniqueId shared through the host communicator; that creation may wait
+  /// for this device's other NCCL kernels, so runs split their groups before the first call.
   void splitGroups(llvm::ArrayRef<std::vector<int64_t>> groups);
 
   int64_t rank() const override;
