@@ -130,6 +130,11 @@ public:
     fail(("rank " + llvm::Twine(myRank) + " aborted: " + message).str());
   }
 
+  std::string jobFailure() const override {
+    Lock lock(state.mutex);
+    return state.failure;
+  }
+
 private:
   using Lock = std::unique_lock<std::mutex>;
 

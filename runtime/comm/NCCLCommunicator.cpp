@@ -247,6 +247,13 @@ void NCCLCommunicator::abort(StringRef message) {
 void NCCLCommunicator::checkTransport(const std::string &what) {
   if (impl->aborted)
     return;
+  // Ranks that are threads of one process learn of a peer's failure through the host world;
+  // NCCL would wait for that peer until the deadline.
+  std::string failure = impl->host.jobFailure();
+  if (!failure.empty()) {
+    abandonTransfers();
+    fail(what + " gave up because the job failed: " + failure);
+  }
   for (ncclComm_t comm : impl->all()) {
     ncclResult_t status = ncclSuccess;
     impl->checkNccl(ncclCommGetAsyncError(comm, &status), "ncclCommGetAsyncError", what, comm);

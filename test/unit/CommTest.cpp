@@ -314,6 +314,22 @@ TEST(LocalComm, ARankThatThrowsWakesTheOthers) {
                        "rank 0 failed: matmul shapes disagree");
 }
 
+// A rank that waits elsewhere than in the local world (NCCL's kernels on a GPU) polls for a
+// peer's failure instead of waiting until its deadline.
+TEST(LocalComm, PeersSeeTheJobFailureWithoutWaiting) {
+  LocalWorld local(2, {30});
+  std::vector<std::string> errors = local.run([&](Communicator &comm) {
+    if (comm.rank() == 0)
+      throw std::runtime_error("attention shapes disagree");
+    Clock::time_point start = Clock::now();
+    while (comm.jobFailure().empty() &&
+           std::chrono::duration<double>(Clock::now() - start).count() < 10)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(comm.jobFailure(), "rank 0 failed: attention shapes disagree");
+  });
+  EXPECT_EQ(errors[1], "");
+}
+
 TEST(LocalComm, MismatchedCollectivesFail) {
   LocalWorld local(2, {5});
   std::vector<std::string> errors = local.run([&](Communicator &comm) {

@@ -138,6 +138,11 @@ public:
   virtual void setOverlapping(bool overlapping) { (void)overlapping; }
   virtual void joinOverlapped() {}
 
+  /// Why the job failed, when this communicator learns of a peer's failure without waiting
+  /// for it (the ranks of a LocalWorld share theirs); empty otherwise. A device communicator
+  /// that waits on its device polls it, so that a failed peer ends the wait at once.
+  virtual std::string jobFailure() const { return ""; }
+
   template <typename T>
   void allReduce(Group group, T *data, size_t count, ReduceOp op = ReduceOp::Sum) {
     allReduce(group, op, ElementTypeOf<T>::value, data, count);
