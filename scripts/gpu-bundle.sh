@@ -34,18 +34,13 @@ cuda_lib='^(libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so'
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   "-DCMAKE_CUDA_ARCHITECTURES=80;90" >/dev/null
-targets=(parc parrun parc_cuda_kernel_tests parc_cuda_comm_tests parc_kernel_bench)
+targets=(parc parrun parc_cuda_kernel_tests parc_cuda_device_tests parc_cuda_flash_tests
+  parc_cuda_comm_tests parc_kernel_bench)
 available=$(ninja -C "$build" -t targets all | sed 's/:.*//')
 for target in "${targets[@]}"; do
   grep -qx "$target" <<<"$available" ||
     fail "target $target does not exist in $build: is nvcc (/usr/local/cuda) with NCCL installed?"
 done
-# Written in parallel with this script; bundled once it exists.
-if grep -qx parc_cuda_device_tests <<<"$available"; then
-  targets+=(parc_cuda_device_tests)
-else
-  echo "gpu-bundle: note: no parc_cuda_device_tests target yet, bundling without it"
-fi
 ninja -C "$build" -j"$jobs" "${targets[@]}"
 
 # Staged inside the build directory (ignored, same file system) and moved into place whole.

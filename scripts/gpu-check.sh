@@ -14,9 +14,11 @@
 #   (c) NCCL at world size 1 against the in-process communicator, losses within 1e-5;
 #   (d) the ceilings (copy bandwidth, bf16 GEMM) and every kernel against them (target: 2x);
 #   (e) the 1.3B GPT in bf16: tokens/s (median of the steps after the first 3) and MFU against
-#       the measured GEMM rate and the datasheet's 989 TFLOP/s (target: 40 %).
+#       the measured GEMM rate and the datasheet's 989 TFLOP/s (target: 40 %), with flash
+#       attention (judged) and with the unfused attention (for comparison).
 # Logs go to ${OUT:-/tmp/gpu-check} (gtest.log, sweep.log, nccl.log, kernel-bench.log and
-# .json, gpt-1.3b.log, summary.txt: few files, as the device tool returns 8 at most); scratch
+# .json, gpt-1.3b.log, gpt-1.3b-unfused.log, summary.txt: 8 files, as many as the device tool
+# returns); scratch
 # to ${TMPDIR:-/tmp}/parc-gpu-check. The last thing printed is a short table. Exit status: 0
 # when every check passed (a missed performance target, MISS, does not fail the run), 1 when a
 # check failed or there is no CUDA device, 2 when the bundle is incomplete or does not resolve.
@@ -64,7 +66,8 @@ while read -r size path; do
   fi
 done < <(sed '1,/^files:/d' "$bundle/MANIFEST")
 for required in bin/parrun bin/parc_kernel_bench bin/parc_cuda_kernel_tests \
-  bin/parc_cuda_comm_tests plans/gpt-1.3b/manifest.json plans/gpt-1.3b.report.json \
+  bin/parc_cuda_device_tests bin/parc_cuda_flash_tests bin/parc_cuda_comm_tests \
+  plans/gpt-1.3b/manifest.json plans/gpt-1.3b.report.json \
   plans/sweep/index.json; do
   [[ -f $bundle/$required ]] || { note "bundle: $required is missing"; incomplete=1; }
 done
@@ -217,6 +220,7 @@ gtest_suite() { # label binary
 : >"$out/gtest.log"
 gtest_suite "kernel tests (gtest)" parc_cuda_kernel_tests
 gtest_suite "device tests (gtest)" parc_cuda_device_tests
+gtest_suite "flash attention tests (gtest)" parc_cuda_flash_tests
 gtest_suite "comm tests (gtest)" parc_cuda_comm_tests
 
 # (b) the sweep, fp32, every rank a thread on GPU 0.
@@ -279,12 +283,21 @@ else
   row "kernel bench" "${step_note:-no json written}" "all within 2x" FAIL
 fi
 
-# (e) the 1.3B GPT, bf16, one GPU.
-run_step "$out/gpt-1.3b.log" 300 "$bin/parrun" "$plans/gpt-1.3b" --backend=cuda \
-  --precision=bf16 --steps 8 --log-every 1
-tokens=$(awk '/^step [0-9]+ loss/ && $2 > 3 { for (i = 1; i < NF; ++i) if ($i == "tokens/s") print $(i + 1) }' \
-  "$out/gpt-1.3b.log" | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')
-if ((step_status == 0)) && [[ -n $tokens ]]; then
+# (e) the 1.3B GPT, bf16, one GPU: with flash attention (parrun's default), the run the MFU
+# target is judged on, then with the unfused attention for comparison.
+gpt_benchmark() { # label log judged [parrun options...]
+  local label=$1 log=$2 judged=$3
+  shift 3
+  run_step "$log" 240 "$bin/parrun" "$plans/gpt-1.3b" --backend=cuda --precision=bf16 \
+    --steps 8 --log-every 1 "$@"
+  local tokens
+  tokens=$(awk '/^step [0-9]+ loss/ && $2 > 3 { for (i = 1; i < NF; ++i) if ($i == "tokens/s") print $(i + 1) }' \
+    "$log" | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }')
+  if ((step_status != 0)) || [[ -z $tokens ]]; then
+    row "1.3B bf16, $label" "${step_note:-no step lines}" "MFU >= 40 %" FAIL
+    return
+  fi
+  local mfu_sheet mfu_gemm
   read -r mfu_sheet mfu_gemm < <(python3 -c '
 import json, sys
 report = json.load(open(sys.argv[1]))
@@ -293,16 +306,21 @@ tokens = float(sys.argv[2])
 gemm = float(sys.argv[3]) if sys.argv[3] else 0
 print("%.1f" % (100 * tokens * per_token / 989e12), "%.1f" % (100 * tokens * per_token / gemm) if gemm else "-")' \
     "$plans/gpt-1.3b.report.json" "$tokens" "$gemm_peak")
-  row "1.3B bf16 tokens/s" "$tokens (median, steps 4-8)" "" -
-  verdict=$(awk -v m="$mfu_sheet" 'BEGIN { print (m >= 40 ? "PASS" : "MISS") }')
-  row "1.3B MFU vs 989 TFLOP/s" "$mfu_sheet %" ">= 40 %" "$verdict"
-  row "1.3B MFU vs measured GEMM" "$mfu_gemm %" "" -
-  held=$(awk '$3 == "held" { print $(NF - 1), $NF; exit }' "$out/gpt-1.3b.log")
-  model=$(awk '$1 == "model" && NF == 11 { print $(NF - 1), $NF; exit }' "$out/gpt-1.3b.log")
-  row "1.3B peak memory, rank 0" "held ${held:-?}, model ${model:-?}" "" -
-else
-  row "1.3B bf16 benchmark" "${step_note:-no step lines}" "MFU >= 40 %" FAIL
-fi
+  row "1.3B bf16 tokens/s, $label" "$tokens (median, steps 4-8)" "" -
+  if ((judged)); then
+    verdict=$(awk -v m="$mfu_sheet" 'BEGIN { print (m >= 40 ? "PASS" : "MISS") }')
+    row "1.3B MFU vs 989 TFLOP/s, $label" "$mfu_sheet %" ">= 40 %" "$verdict"
+  else
+    row "1.3B MFU vs 989 TFLOP/s, $label" "$mfu_sheet %" "" -
+  fi
+  row "1.3B MFU vs measured GEMM, $label" "$mfu_gemm %" "" -
+  local held model
+  held=$(awk '$3 == "held" { print $(NF - 1), $NF; exit }' "$log")
+  model=$(awk '$1 == "model" && NF == 11 { print $(NF - 1), $NF; exit }' "$log")
+  row "1.3B peak memory, $label" "held ${held:-?}, model ${model:-?}" "" -
+}
+gpt_benchmark "flash attention" "$out/gpt-1.3b.log" 1
+gpt_benchmark "unfused attention" "$out/gpt-1.3b-unfused.log" 0 --attention=unfused
 
 {
   echo

@@ -24,6 +24,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "parc/Runtime/CudaCheck.h"
+#include "parc/Runtime/CudaFlashAttention.h"
 #include "parc/Runtime/CudaKernels.h"
 
 #include <algorithm>
@@ -379,6 +380,27 @@ void benchAttention(Bench &bench, cuda::Blas &blas) {
   });
 }
 
+/// The fused kernels at the same size. FLOPs count the causal half of the scores only: the
+/// forward's two products, 2 * 2 * b*h*s*s*d / 2, and 2.5x that for the backward (the usual
+/// convention: five products). The backward really multiplies 4.5x the forward's FLOPs, since
+/// its three passes recompute the scores, so its rate here counts useful work.
+void benchFlashAttention(Bench &bench) {
+  cudaStream_t s = bench.streamHandle();
+  const int64_t n = kRows * kHidden;
+  DeviceArray<bf16> q(n), k(n), v(n), dy(n), y(n), dq(n), dk(n), dv(n);
+  for (auto *array : {&q, &k, &v, &dy})
+    bench.randomize(*array);
+  double forward = 2.0 * 2.0 * kBatch * kHeads * double(kSeq) * kSeq * kHeadDim / 2;
+  bench.time("flashAttentionForward (causal)", Bound::Compute, forward, [&] {
+    cuda::flashAttentionForward(y.get(), q.get(), k.get(), v.get(), kSeq, kBatch, kHeads, kHeads,
+                                kHeadDim, true, s);
+  });
+  bench.time("flashAttentionBackward (causal, 2.5x fwd FLOPs)", Bound::Compute, 2.5 * forward, [&] {
+    cuda::flashAttentionBackward(dq.get(), dk.get(), dv.get(), q.get(), k.get(), v.get(), dy.get(),
+                                 kSeq, kBatch, kHeads, kHeads, kHeadDim, true, s);
+  });
+}
+
 /// The plan keeps the logits in fp32 whatever the model's dtype.
 void benchCrossEntropy(Bench &bench) {
   cudaStream_t s = bench.streamHandle();
@@ -571,6 +593,7 @@ int runBench(const Options &options, cudaStream_t stream) {
       {"gemms", [&] { benchGemms(bench, blas); }},
       {"elementwise", [&] { benchElementwise(bench); }},
       {"attention", [&] { benchAttention(bench, blas); }},
+      {"flash attention", [&] { benchFlashAttention(bench); }},
       {"cross entropy", [&] { benchCrossEntropy(bench); }},
       {"optimizer", [&] { benchOptimizer(bench); }},
       {"fold", [&] { benchFold(bench); }},

@@ -28,8 +28,8 @@ template <typename T> cudaStream_t CudaDevice<T>::createStream(int device) {
 }
 
 template <typename T>
-CudaDevice<T>::CudaDevice(int device)
-    : device_(device), stream_(createStream(device)),
+CudaDevice<T>::CudaDevice(int device, bool flashAttention)
+    : flash(flashAttention), device_(device), stream_(createStream(device)),
       blas(std::make_unique<cuda::Blas>(stream_.get())),
       space(std::make_unique<CudaMemorySpace>(device, stream_.get())), tracker(space.get()) {}
 

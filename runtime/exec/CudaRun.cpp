@@ -65,7 +65,7 @@ void createGroups(NCCLCommunicator &nccl, const plan::RankPlan &plan) {
 template <typename T>
 RankSummary runWithPrecision(CudaCommunicator &comm, const RunOptions &options,
                              const LoadedJob &job, llvm::raw_ostream &out) {
-  CudaDevice<T> device(comm.device());
+  CudaDevice<T> device(comm.device(), options.flashAttention);
   RankBinding<T> binding(device, comm);
   RankSummary summary = runOnDevice(device, comm, options, job, out);
   comm.synchronize();

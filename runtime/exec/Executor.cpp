@@ -163,8 +163,11 @@ std::string describeJob(const plan::RankPlan &plan, const RunOptions &options,
      << p.zero << ", recompute " << plan::spelling(p.recompute)
      << (p.sequenceParallel ? ", sequence parallel" : "") << "), plan " << plan.planId << ", "
      << steps << (steps == 1 ? " step" : " steps") << ", " << spelling(options.precision)
-     << (options.backend == Backend::CUDA ? " on CUDA" : "") << ", data " << data.describe()
-     << "\n";
+     << (options.backend == Backend::CUDA ? " on CUDA" : "")
+     << (options.backend == Backend::CUDA && options.precision != Precision::FP32
+             ? (options.flashAttention ? " (flash attention)" : " (unfused attention)")
+             : "")
+     << ", data " << data.describe() << "\n";
   return os.str();
 }
 

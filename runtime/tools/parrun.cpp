@@ -2,7 +2,8 @@
 //
 //   parrun PLANS_DIR [--steps N] [--data FILE] [--comm=local|mpi|nccl]
 //          [--precision=fp32|fp64|bf16|fp16] [--backend=cpu|cuda] [--log-every K]
-//          [--timeout SECONDS] [--grad-bucket-mb MIB] [--dump-weights FILE]
+//          [--timeout SECONDS] [--grad-bucket-mb MIB] [--attention=flash|unfused]
+//          [--dump-weights FILE]
 //
 // --comm=local (the default outside mpirun) runs every rank as a thread of this process (on
 // CUDA, all of them on GPU 0); --comm=nccl (CUDA) runs them as threads with a GPU each;
@@ -70,6 +71,15 @@ cl::opt<double> gradBucketMB(
     cl::desc("Start the data-parallel gradient all-reduce in buckets of this many MiB during "
              "the backward; 0 waits for the plan's instruction (default 25)"),
     cl::value_desc("MIB"), cl::init(25), cl::cat(parrunCategory));
+enum class AttentionChoice { Flash, Unfused };
+cl::opt<AttentionChoice> attention(
+    "attention", cl::desc("CUDA attention in bf16/fp16 (fp32 always takes the unfused path)"),
+    cl::init(AttentionChoice::Flash),
+    cl::values(clEnumValN(AttentionChoice::Flash, "flash",
+                          "fused flash attention where seq and head size allow (default)"),
+               clEnumValN(AttentionChoice::Unfused, "unfused",
+                          "cuBLAS scores, a fused softmax kernel, cuBLAS again")),
+    cl::cat(parrunCategory));
 cl::opt<std::string> dumpWeights("dump-weights",
                                  cl::desc("After the last step, write every parameter (whole) "
                                           "and the per-step losses to FILE as JSON"),
@@ -110,6 +120,7 @@ int main(int argc, char **argv) {
   options.timeoutSeconds = timeoutSeconds;
   options.dumpWeightsPath = dumpWeights;
   options.gradBucketBytes = int64_t(gradBucketMB * double(1 << 20));
+  options.flashAttention = attention == AttentionChoice::Flash;
 
   using parc::runtime::CommKind;
   CommKind comm = commChoice == CommChoice::NCCL    ? CommKind::NCCL

@@ -31,6 +31,7 @@
 #include "parc/Plan/Plan.h"
 #include "parc/Runtime/Buffer.h"
 #include "parc/Runtime/Communicator.h"
+#include "parc/Runtime/CudaFlashAttention.h"
 #include "parc/Runtime/CudaKernels.h"
 #include "parc/Runtime/CudaMemory.h"
 #include "parc/Runtime/Kernels.h"
@@ -69,7 +70,9 @@ public:
   static constexpr const char *Name = "cuda";
 
   /// Selects `device` for the calling thread and creates the stream, cuBLAS handle and pools.
-  explicit CudaDevice(int device);
+  /// `flashAttention`: bf16/fp16 attention runs fused (CudaFlashAttention.h) where its shapes
+  /// allow; fp32 always takes the cuBLAS path, whose rounding the 1e-5 equivalence needs.
+  explicit CudaDevice(int device, bool flashAttention = true);
   /// Waits for the queued work, then releases everything without throwing. Unbinds the
   /// communicator still bound.
   ~CudaDevice();
@@ -169,11 +172,19 @@ public:
   }
   void attentionForward(T *y, const T *q, const T *k, const T *v, int64_t seq, int64_t batch,
                         int64_t heads, int64_t kvHeads, int64_t headDim, bool causal) {
+    if constexpr (!std::is_same_v<T, float>)
+      if (flash && cuda::flashAttentionSupports(seq, headDim))
+        return cuda::flashAttentionForward(y, q, k, v, seq, batch, heads, kvHeads, headDim, causal,
+                                           stream());
     cuda::attentionForward(*blas, y, q, k, v, seq, batch, heads, kvHeads, headDim, causal);
   }
   void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dy,
                          int64_t seq, int64_t batch, int64_t heads, int64_t kvHeads,
                          int64_t headDim, bool causal) {
+    if constexpr (!std::is_same_v<T, float>)
+      if (flash && cuda::flashAttentionSupports(seq, headDim))
+        return cuda::flashAttentionBackward(dq, dk, dv, q, k, v, dy, seq, batch, heads, kvHeads,
+                                            headDim, causal, stream());
     cuda::attentionBackward(*blas, dq, dk, dv, q, k, v, dy, seq, batch, heads, kvHeads, headDim,
                             causal);
   }
@@ -234,6 +245,7 @@ private:
   };
 
   static cudaStream_t createStream(int device);
+
   /// Blocks until the stream's work so far completed; `what` names the transfer waited for.
   /// The bound communicator's calls are waited for first, under its deadline.
   void waitFor(const std::string &what);
@@ -251,6 +263,7 @@ private:
                   Step step);
 
   // Declared in construction order; destroyed in reverse, the stream last.
+  bool flash;
   int device_;
   CudaCommunicator *comm = nullptr;
   std::unique_ptr<CUstream_st, StreamDestroyer> stream_;

@@ -55,6 +55,9 @@ struct RunOptions {
   /// The data-parallel gradient sync starts in buckets of this many bytes during the backward
   /// (GradSyncOverlap.h); 0 waits for the plan's instruction. PyTorch DDP's default 25 MiB.
   int64_t gradBucketBytes = 25 << 20;
+  /// CUDA, bf16/fp16: fused flash attention where its shapes allow (CudaFlashAttention.h);
+  /// false keeps the cuBLAS + softmax path everywhere.
+  bool flashAttention = true;
 };
 
 /// What one rank saw, for the caller and the tests.
