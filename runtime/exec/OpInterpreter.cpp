@@ -76,8 +76,8 @@ template <typename D> int64_t OpInterpreter<D>::Operand::numel() const { return 
 
 template <typename D>
 void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayRef<plan::Op> ops,
-                           const std::vector<std::vector<std::string>> &freeAfter,
-                           ChunkEnv<T> &env, llvm::function_ref<void(size_t)> afterOp) {
+                           const std::vector<std::vector<std::string>> &freeAfter, ChunkEnv<T> &env,
+                           llvm::function_ref<void(size_t)> afterOp) {
   for (size_t i = 0; i < ops.size(); ++i) {
     Context ctx{chunk, ops[i], env, {}};
     try {
@@ -258,6 +258,11 @@ template <typename D> void OpInterpreter<D>::executeCompute(Context &ctx) {
   case OpKind::GELU: {
     Operand x = in(ctx, 0), y = out(ctx, 0, false);
     sameSize(x, y, "gelu");
+    if (op.inputs.size() == 2) { // gelu(x + bias), fused by OpFusion.h
+      Operand bias = in(ctx, 1);
+      dev.biasGeluForward(y.data, x.data, bias.data, x.numel() / bias.numel(), bias.numel());
+      return;
+    }
     dev.geluForward(y.data, x.data, x.numel());
     return;
   }
@@ -350,6 +355,13 @@ template <typename D> void OpInterpreter<D>::executeBackward(Context &ctx) {
     return;
   }
   case OpKind::GELUBwd: {
+    if (op.inputs.size() == 3) { // (x, bias, dy) -> (dx, dbias), fused by OpFusion.h
+      Operand x = in(ctx, 0), bias = in(ctx, 1), dy = in(ctx, 2);
+      Operand dx = out(ctx, 0, false), dbias = out(ctx, 1, true);
+      dev.biasGeluBackward(dx.data, dbias.data, x.data, bias.data, dy.data,
+                           x.numel() / bias.numel(), bias.numel());
+      return;
+    }
     Operand x = in(ctx, 0), dy = in(ctx, 1), dx = out(ctx, 0, false);
     dev.geluBackward(dx.data, x.data, dy.data, x.numel());
     return;

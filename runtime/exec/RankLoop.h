@@ -9,6 +9,7 @@
 #define PARC_RUNTIME_EXEC_RANKLOOP_H
 
 #include "parc/Runtime/Executor.h"
+#include "parc/Runtime/OpFusion.h"
 #include "parc/Runtime/PlanLoader.h"
 #include "parc/Runtime/ScheduleRunner.h"
 #include "parc/Runtime/WeightDump.h"
@@ -32,7 +33,10 @@ void printMemory(llvm::ArrayRef<std::string> encoded, const RunOptions &options,
 template <typename D>
 RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options,
                         const LoadedJob &job, llvm::raw_ostream &out) {
-  const plan::RankPlan &plan = job.plan;
+  plan::RankPlan plan = job.plan;
+  if (options.fuseBiasGELU)
+    for (plan::Chunk &chunk : plan.chunks)
+      fuseBiasGELU(chunk);
   ParamStore<D> params(plan, device);
   if (llvm::Error error = params.buildPartitions())
     throw std::runtime_error("the plan cannot be executed: " + llvm::toString(std::move(error)));

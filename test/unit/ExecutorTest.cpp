@@ -8,6 +8,7 @@
 
 #include "parc/Runtime/Buffer.h"
 #include "parc/Runtime/Data.h"
+#include "parc/Runtime/OpFusion.h"
 #include "parc/Runtime/OpInterpreter.h"
 #include "parc/Runtime/Optimizer.h"
 #include "parc/Runtime/ParamStore.h"
@@ -269,6 +270,57 @@ plan::RankPlan collectivePlan(int64_t rank) {
                    makeOp(plan::OpKind::SplitBwd, {"p0", "p1"}, {"w"}, {{"dim", int64_t(1)}})};
   plan.chunks.push_back(chunk);
   return plan;
+}
+
+/// The MLP of one block as the lowering writes it: up projection, bias, gelu, down projection.
+plan::Chunk mlpChunk() {
+  using plan::OpKind;
+  plan::Chunk chunk;
+  chunk.input = "h";
+  chunk.output = "o";
+  for (const char *name : {"h", "u", "ub", "g", "o"})
+    chunk.tensors[name] = plan::TensorType{{4}};
+  chunk.forward = {makeOp(OpKind::MatMul, {"h", "up.weight"}, {"u"}),
+                   makeOp(OpKind::BiasAdd, {"u", "up.bias"}, {"ub"}),
+                   makeOp(OpKind::GELU, {"ub"}, {"g"}),
+                   makeOp(OpKind::MatMul, {"g", "down.weight"}, {"o"})};
+  chunk.backward = {
+      makeOp(OpKind::MatMulBwd, {"g", "down.weight", "o.grad"}, {"g.grad", "down.weight.grad"}),
+      makeOp(OpKind::GELUBwd, {"ub", "g.grad"}, {"ub.grad"}),
+      makeOp(OpKind::BiasAddBwd, {"ub.grad"}, {"u.grad", "up.bias.grad"}),
+      makeOp(OpKind::MatMulBwd, {"h", "up.weight", "u.grad"}, {"h.grad", "up.weight.grad"})};
+  return chunk;
+}
+
+TEST(OpFusion, BiasAddAndGeluBecomeOneOpEachWay) {
+  using plan::OpKind;
+  plan::Chunk chunk = mlpChunk();
+  EXPECT_EQ(fuseBiasGELU(chunk), 1);
+  ASSERT_EQ(chunk.forward.size(), 3u);
+  EXPECT_EQ(chunk.forward[1].kind, OpKind::GELU);
+  EXPECT_EQ(chunk.forward[1].inputs, (std::vector<std::string>{"u", "up.bias"}));
+  EXPECT_EQ(chunk.forward[1].outputs, std::vector<std::string>{"g"});
+  ASSERT_EQ(chunk.backward.size(), 3u);
+  EXPECT_EQ(chunk.backward[1].kind, OpKind::GELUBwd);
+  EXPECT_EQ(chunk.backward[1].inputs, (std::vector<std::string>{"u", "up.bias", "g.grad"}));
+  EXPECT_EQ(chunk.backward[1].outputs, (std::vector<std::string>{"u.grad", "up.bias.grad"}));
+  // The backward now keeps the bias_add's input instead of its output.
+  ChunkLiveness liveness = ChunkLiveness::analyze(chunk);
+  EXPECT_TRUE(llvm::is_contained(liveness.readByBackward, "u"));
+  EXPECT_FALSE(llvm::is_contained(liveness.readByBackward, "ub"));
+}
+
+TEST(OpFusion, LeavesPairsWhoseSumIsReadElsewhere) {
+  using plan::OpKind;
+  plan::Chunk chunk = mlpChunk();
+  chunk.forward.push_back(makeOp(OpKind::ResidualAdd, {"ub", "o"}, {"r"}));
+  EXPECT_EQ(fuseBiasGELU(chunk), 0);
+  plan::Chunk recomputed = mlpChunk();
+  // Full recompute writes the sum again in the backward: fusing would drop that write.
+  recomputed.backward.insert(recomputed.backward.begin(),
+                             makeOp(OpKind::BiasAdd, {"u", "up.bias"}, {"ub"}));
+  EXPECT_EQ(fuseBiasGELU(recomputed), 0);
+  EXPECT_EQ(recomputed.backward.size(), 5u);
 }
 
 TEST(OpInterpreter, CollectivesAndSplitsAlongAnInnerDim) {

@@ -161,6 +161,21 @@ public:
     cpu::attentionBackward(dq, dk, dv, q, k, v, dy, seq, batch, heads, kvHeads, headDim, causal);
   }
   void geluForward(T *y, const T *x, int64_t n) { cpu::geluForward(y, x, n); }
+  /// y = gelu(x + bias): the bias_add + gelu pair fused (OpFusion.h); on the CPU the two
+  /// kernels in turn, so that the bits are those of the pair.
+  void biasGeluForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim) {
+    cpu::biasAddForward(y, x, bias, rows, dim);
+    cpu::geluForward(y, y, rows * dim);
+  }
+  /// dx = dy gelu'(x + bias), dbias += sum_r dx: gelu_bwd and bias_add_bwd fused, recomputing
+  /// x + bias.
+  void biasGeluBackward(T *dx, T *dbias, const T *x, const T *bias, const T *dy, int64_t rows,
+                        int64_t dim) {
+    Buffer<T> sum(tracker, MemoryCategory::Activations, size_t(rows * dim));
+    cpu::biasAddForward(sum.data(), x, bias, rows, dim);
+    cpu::geluBackward(sum.data(), sum.data(), dy, rows * dim);
+    cpu::biasAddBackward(dx, dbias, sum.data(), rows, dim);
+  }
   void geluBackward(T *dx, const T *x, const T *dy, int64_t n) { cpu::geluBackward(dx, x, dy, n); }
   void swigluForward(T *y, const T *gate, const T *up, int64_t rows, int64_t ffn) {
     cpu::swigluForward(y, gate, up, rows, ffn);

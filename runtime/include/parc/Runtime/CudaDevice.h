@@ -115,8 +115,7 @@ public:
   }
   void embeddingBackward(T *dweight, const int64_t *ids, const T *dy, int64_t seq, int64_t batch,
                          int64_t hidden, int64_t vocabOffset, int64_t localRows) {
-    cuda::embeddingBackward(dweight, ids, dy, seq, batch, hidden, vocabOffset, localRows,
-                            stream());
+    cuda::embeddingBackward(dweight, ids, dy, seq, batch, hidden, vocabOffset, localRows, stream());
   }
   void positionEmbeddingForward(T *y, const T *x, const T *weight, int64_t seq, int64_t batch,
                                 int64_t hidden) {
@@ -126,8 +125,8 @@ public:
                                  int64_t hidden) {
     cuda::positionEmbeddingBackward(dx, dweight, dy, seq, batch, hidden, stream());
   }
-  void layerNormForward(T *y, const T *x, const T *weight, const T *bias, int64_t rows,
-                        int64_t dim, double eps) {
+  void layerNormForward(T *y, const T *x, const T *weight, const T *bias, int64_t rows, int64_t dim,
+                        double eps) {
     cuda::layerNormForward(y, x, weight, bias, rows, dim, eps, stream());
   }
   void layerNormBackward(T *dx, T *dweight, T *dbias, const T *x, const T *weight, const T *dy,
@@ -166,8 +165,8 @@ public:
                    double theta) {
     cuda::ropeForward(y, x, seq, batch, heads, headDim, theta, stream());
   }
-  void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads,
-                    int64_t headDim, double theta) {
+  void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
+                    double theta) {
     cuda::ropeBackward(dx, dy, seq, batch, heads, headDim, theta, stream());
   }
   void attentionForward(T *y, const T *q, const T *k, const T *v, int64_t seq, int64_t batch,
@@ -189,6 +188,13 @@ public:
                             causal);
   }
   void geluForward(T *y, const T *x, int64_t n) { cuda::geluForward(y, x, n, stream()); }
+  void biasGeluForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim) {
+    cuda::biasGeluForward(y, x, bias, rows, dim, stream());
+  }
+  void biasGeluBackward(T *dx, T *dbias, const T *x, const T *bias, const T *dy, int64_t rows,
+                        int64_t dim) {
+    cuda::biasGeluBackward(dx, dbias, x, bias, dy, rows, dim, stream());
+  }
   void geluBackward(T *dx, const T *x, const T *dy, int64_t n) {
     cuda::geluBackward(dx, x, dy, n, stream());
   }
@@ -208,9 +214,8 @@ public:
                           int64_t localVocab) {
     cuda::crossEntropySumExp(rowSum, logits, rowMax, rows, localVocab, stream());
   }
-  void crossEntropyTargetLogit(float *target, const T *logits, const int64_t *labels,
-                               int64_t seq, int64_t batch, int64_t localVocab,
-                               int64_t vocabOffset) {
+  void crossEntropyTargetLogit(float *target, const T *logits, const int64_t *labels, int64_t seq,
+                               int64_t batch, int64_t localVocab, int64_t vocabOffset) {
     cuda::crossEntropyTargetLogit(target, logits, labels, seq, batch, localVocab, vocabOffset,
                                   stream());
   }
@@ -218,9 +223,9 @@ public:
   /// to `loss`, one Value on the device.
   double crossEntropyLoss(T *loss, const float *rowMax, const float *rowSum, const float *target,
                           int64_t rows);
-  void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels,
-                            const float *rowMax, const float *rowSum, double dloss, int64_t seq,
-                            int64_t batch, int64_t localVocab, int64_t vocabOffset) {
+  void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const float *rowMax,
+                            const float *rowSum, double dloss, int64_t seq, int64_t batch,
+                            int64_t localVocab, int64_t vocabOffset) {
     cuda::crossEntropyBackward(dlogits, logits, labels, rowMax, rowSum, float(dloss), seq, batch,
                                localVocab, vocabOffset, stream());
   }
@@ -259,8 +264,7 @@ private:
   /// The optimizer step of bf16/fp16 storage: `step(master, fp32 grad)`, then weights =
   /// master rounded.
   template <typename Step>
-  void stepMaster(T *weights, float *master, const T *grad, int64_t n, const char *what,
-                  Step step);
+  void stepMaster(T *weights, float *master, const T *grad, int64_t n, const char *what, Step step);
 
   // Declared in construction order; destroyed in reverse, the stream last.
   bool flash;
