@@ -1,4 +1,4 @@
-//===- OpFusion.cpp - bias_add + gelu into one op, forward and backward ----===//
+//===- OpFusion.cpp - Elementwise pairs into one op -----------------------===//
 
 #include "parc/Runtime/OpFusion.h"
 
@@ -34,8 +34,8 @@ std::optional<size_t> soleReader(llvm::ArrayRef<plan::Op> ops, const std::string
   return found.front();
 }
 
-/// Tries to fuse the bias_add at forward[i]; true when it did.
-bool fuseAt(plan::Chunk &chunk, size_t i) {
+/// Tries to fuse the bias_add at forward[i] with its gelu; true when it did.
+bool fuseBiasGELUAt(plan::Chunk &chunk, size_t i) {
   const plan::Op &biasAdd = chunk.forward[i];
   if (biasAdd.kind != OpKind::BiasAdd || biasAdd.inputs.size() != 2 || biasAdd.outputs.size() != 1)
     return false;
@@ -68,18 +68,46 @@ bool fuseAt(plan::Chunk &chunk, size_t i) {
   chunk.forward.erase(chunk.forward.begin() + i);
   return true;
 }
-} // namespace
 
-int64_t fuseBiasGELU(plan::Chunk &chunk) {
+/// Tries to fuse the residual_add at forward[i] into the norm that reads its sum next.
+bool fuseResidualNormAt(plan::Chunk &chunk, size_t i) {
+  const plan::Op &add = chunk.forward[i];
+  if (add.kind != OpKind::ResidualAdd || add.inputs.size() != 2 || add.outputs.size() != 1)
+    return false;
+  const std::string &sum = add.outputs[0];
+  std::vector<size_t> found = readers(chunk.forward, sum);
+  auto next = llvm::find_if(found, [&](size_t j) { return j > i; });
+  if (next == found.end())
+    return false;
+  plan::Op &norm = chunk.forward[*next];
+  size_t normInputs = norm.kind == OpKind::LayerNorm ? 3 : norm.kind == OpKind::RMSNorm ? 2 : 0;
+  if (!normInputs || norm.inputs.size() != normInputs || norm.inputs[0] != sum ||
+      norm.outputs.size() != 1)
+    return false;
+  std::vector<std::string> inputs = add.inputs;
+  inputs.insert(inputs.end(), norm.inputs.begin() + 1, norm.inputs.end());
+  norm.inputs = std::move(inputs);
+  norm.outputs.insert(norm.outputs.begin(), sum);
+  chunk.forward.erase(chunk.forward.begin() + i);
+  return true;
+}
+
+/// Applies `fuseOne` at every forward position until none is left to fuse.
+template <typename Fuse> int64_t fuseAll(plan::Chunk &chunk, Fuse fuseOne) {
   int64_t fused = 0;
   for (size_t i = 0; i < chunk.forward.size();) {
-    if (fuseAt(chunk, i)) {
+    if (fuseOne(chunk, i)) {
       ++fused;
-      continue; // forward[i] is now the op after the removed bias_add
+      continue; // forward[i] is now the op after the removed one
     }
     ++i;
   }
   return fused;
 }
+} // namespace
+
+int64_t fuseResidualNorm(plan::Chunk &chunk) { return fuseAll(chunk, fuseResidualNormAt); }
+
+int64_t fuseBiasGELU(plan::Chunk &chunk) { return fuseAll(chunk, fuseBiasGELUAt); }
 
 } // namespace parc::runtime

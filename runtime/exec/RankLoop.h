@@ -34,9 +34,11 @@ template <typename D>
 RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options,
                         const LoadedJob &job, llvm::raw_ostream &out) {
   plan::RankPlan plan = job.plan;
-  if (options.fuseBiasGELU)
-    for (plan::Chunk &chunk : plan.chunks)
+  if (options.fuseElementwise)
+    for (plan::Chunk &chunk : plan.chunks) {
       fuseBiasGELU(chunk);
+      fuseResidualNorm(chunk);
+    }
   ParamStore<D> params(plan, device);
   if (llvm::Error error = params.buildPartitions())
     throw std::runtime_error("the plan cannot be executed: " + llvm::toString(std::move(error)));

@@ -3,7 +3,7 @@
 //   parrun PLANS_DIR [--steps N] [--data FILE] [--comm=local|mpi|nccl]
 //          [--precision=fp32|fp64|bf16|fp16] [--backend=cpu|cuda] [--log-every K]
 //          [--timeout SECONDS] [--grad-bucket-mb MIB] [--attention=flash|unfused]
-//          [--fuse-bias-gelu=true|false] [--dump-weights FILE]
+//          [--fuse-elementwise=true|false] [--dump-weights FILE]
 //
 // --comm=local (the default outside mpirun) runs every rank as a thread of this process (on
 // CUDA, all of them on GPU 0); --comm=nccl (CUDA) runs them as threads with a GPU each;
@@ -80,10 +80,11 @@ cl::opt<AttentionChoice> attention(
                clEnumValN(AttentionChoice::Unfused, "unfused",
                           "cuBLAS scores, a fused softmax kernel, cuBLAS again")),
     cl::cat(parrunCategory));
-cl::opt<bool> fuseBiasGELU("fuse-bias-gelu",
-                           cl::desc("Run each bias_add + gelu pair of the plans as one op, "
-                                    "forward and backward (default true)"),
-                           cl::init(true), cl::cat(parrunCategory));
+cl::opt<bool> fuseElementwise(
+    "fuse-elementwise",
+    cl::desc("Run each bias_add + gelu and residual_add + norm pair of the plans as one op "
+             "(default true)"),
+    cl::init(true), cl::cat(parrunCategory));
 cl::opt<std::string> dumpWeights("dump-weights",
                                  cl::desc("After the last step, write every parameter (whole) "
                                           "and the per-step losses to FILE as JSON"),
@@ -125,7 +126,7 @@ int main(int argc, char **argv) {
   options.dumpWeightsPath = dumpWeights;
   options.gradBucketBytes = int64_t(gradBucketMB * double(1 << 20));
   options.flashAttention = attention == AttentionChoice::Flash;
-  options.fuseBiasGELU = fuseBiasGELU;
+  options.fuseElementwise = fuseElementwise;
 
   using parc::runtime::CommKind;
   CommKind comm = commChoice == CommChoice::NCCL    ? CommKind::NCCL

@@ -323,6 +323,23 @@ TEST(OpFusion, LeavesPairsWhoseSumIsReadElsewhere) {
   EXPECT_EQ(recomputed.backward.size(), 5u);
 }
 
+TEST(OpFusion, ResidualAddFoldsIntoTheNormThatReadsItNext) {
+  using plan::OpKind;
+  plan::Chunk chunk;
+  chunk.forward = {makeOp(OpKind::ResidualAdd, {"h", "attn"}, {"res"}),
+                   makeOp(OpKind::RMSNorm, {"res", "ln.weight"}, {"ln"}),
+                   makeOp(OpKind::MatMul, {"ln", "w"}, {"mlp"}),
+                   makeOp(OpKind::ResidualAdd, {"res", "mlp"}, {"out"}),
+                   makeOp(OpKind::MatMul, {"out", "w2"}, {"logits"})};
+  EXPECT_EQ(fuseResidualNorm(chunk), 1);
+  ASSERT_EQ(chunk.forward.size(), 4u);
+  EXPECT_EQ(chunk.forward[0].kind, OpKind::RMSNorm);
+  EXPECT_EQ(chunk.forward[0].inputs, (std::vector<std::string>{"h", "attn", "ln.weight"}));
+  EXPECT_EQ(chunk.forward[0].outputs, (std::vector<std::string>{"res", "ln"}));
+  // The second sum is read next by a matmul: it stays a residual_add.
+  EXPECT_EQ(chunk.forward[2].kind, OpKind::ResidualAdd);
+}
+
 TEST(OpInterpreter, CollectivesAndSplitsAlongAnInnerDim) {
   LocalWorld world(2);
   std::vector<std::string> errors = world.run([&](Communicator &comm) {

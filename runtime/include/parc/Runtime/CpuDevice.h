@@ -118,6 +118,18 @@ public:
   void rmsNormForward(T *y, const T *x, const T *weight, int64_t rows, int64_t dim, double eps) {
     cpu::rmsNormForward(y, x, weight, rows, dim, eps);
   }
+  /// sum = a + b, y = layernorm(sum): residual_add + layernorm fused (OpFusion.h); on the CPU
+  /// the two kernels in turn. Likewise with rmsnorm.
+  void residualLayerNormForward(T *sum, T *y, const T *a, const T *b, const T *weight,
+                                const T *bias, int64_t rows, int64_t dim, double eps) {
+    cpu::residualAddForward(sum, a, b, rows * dim);
+    cpu::layerNormForward(y, sum, weight, bias, rows, dim, eps);
+  }
+  void residualRmsNormForward(T *sum, T *y, const T *a, const T *b, const T *weight, int64_t rows,
+                              int64_t dim, double eps) {
+    cpu::residualAddForward(sum, a, b, rows * dim);
+    cpu::rmsNormForward(y, sum, weight, rows, dim, eps);
+  }
   void rmsNormBackward(T *dx, T *dweight, const T *x, const T *weight, const T *dy, int64_t rows,
                        int64_t dim, double eps) {
     cpu::rmsNormBackward(dx, dweight, x, weight, dy, rows, dim, eps);

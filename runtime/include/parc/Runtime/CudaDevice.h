@@ -136,6 +136,14 @@ public:
   void rmsNormForward(T *y, const T *x, const T *weight, int64_t rows, int64_t dim, double eps) {
     cuda::rmsNormForward(y, x, weight, rows, dim, eps, stream());
   }
+  void residualLayerNormForward(T *sum, T *y, const T *a, const T *b, const T *weight,
+                                const T *bias, int64_t rows, int64_t dim, double eps) {
+    cuda::residualLayerNormForward(sum, y, a, b, weight, bias, rows, dim, eps, stream());
+  }
+  void residualRmsNormForward(T *sum, T *y, const T *a, const T *b, const T *weight, int64_t rows,
+                              int64_t dim, double eps) {
+    cuda::residualRmsNormForward(sum, y, a, b, weight, rows, dim, eps, stream());
+  }
   void rmsNormBackward(T *dx, T *dweight, const T *x, const T *weight, const T *dy, int64_t rows,
                        int64_t dim, double eps) {
     cuda::rmsNormBackward(dx, dweight, x, weight, dy, rows, dim, eps, stream());

@@ -58,8 +58,8 @@ struct RunOptions {
   /// CUDA, bf16/fp16: fused flash attention where its shapes allow (CudaFlashAttention.h);
   /// false keeps the cuBLAS + softmax path everywhere.
   bool flashAttention = true;
-  /// Run each bias_add + gelu pair as one op (OpFusion.h).
-  bool fuseBiasGELU = true;
+  /// Run each bias_add + gelu and residual_add + norm pair as one op (OpFusion.h).
+  bool fuseElementwise = true;
 };
 
 /// What one rank saw, for the caller and the tests.
