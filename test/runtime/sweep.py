@@ -29,7 +29,7 @@ Prints one row per case and `N passed, M failed`; exits 1 when any case fails.
 
 The GPU sweep (scripts/gpu-check.sh) runs where there is no parc, so it is split in two.
 `--prepare DIR` plans the fp32 GPU subset (GPU_CASES: tp, pp under every schedule, dp, ZeRO
-1-3, recompute, sequence parallelism, grouped-query attention) and its single-rank references
+1-3, recompute, sequence parallelism, grouped-query attention, Llama's block) and its single-rank references
 into DIR with BIN_DIR's parc, with an index.json naming each case's reference.
 `--run-prepared DIR` trains every plan of DIR with PARRUN (its --parrun-args added, e.g.
 "--backend=cuda"; ranks as threads, --comm=local) and compares each case's per-step losses
@@ -56,7 +56,7 @@ model small {{
   seq    = 32
   hidden = 64
   heads  = 4
-{kv_line}  ffn    = 4 * hidden
+{kv_line}{arch_lines}  ffn    = 4 * hidden
 
   layer embed : embedding
   layer block : transformer x {blocks}
@@ -111,10 +111,13 @@ GRAD_BUCKET_ARGS = ["--grad-bucket-mb", "0.001"]
 
 class Case:
     def __init__(self, tp, pp, dp, schedule, zero=0, recompute="none", sp=False, kv_heads=4,
-                 precision="fp64", comm="local"):
+                 precision="fp64", comm="local", llama=False):
         self.tp, self.pp, self.dp = tp, pp, dp
         self.schedule, self.zero, self.recompute, self.sp = schedule, zero, recompute, sp
         self.kv_heads, self.precision, self.comm = kv_heads, precision, comm
+        # Llama's block: rmsnorm, swiglu and rotary positions instead of GPT's layernorm, gelu
+        # and learned positions.
+        self.llama = llama
         # Interleaving 2 chunks over pp 4 needs 8 blocks; the reference then has 8 as well.
         self.blocks = 8 if schedule == "interleaved" and pp == 4 else 4
 
@@ -123,7 +126,7 @@ class Case:
         return self.tp * self.pp * self.dp
 
     def model_key(self):
-        return (self.blocks, self.kv_heads, self.precision)
+        return (self.blocks, self.kv_heads, self.precision, self.llama)
 
     def name(self):
         parts = [f"tp{self.tp} pp{self.pp} dp{self.dp} {self.schedule}"]
@@ -135,6 +138,8 @@ class Case:
             parts.append("sp")
         if self.kv_heads != 4:
             parts.append(f"kv{self.kv_heads}")
+        if self.llama:
+            parts.append("llama")
         if self.blocks != 4:
             parts.append(f"{self.blocks}blk")
         parts.append(self.precision)
@@ -144,7 +149,9 @@ class Case:
 
     def par_text(self):
         schedule_text = "interleaved(chunks = 2)" if self.schedule == "interleaved" else self.schedule
+        llama_lines = "  norm     = rmsnorm\n  mlp      = swiglu\n  position = rope\n"
         return MODEL.format(eps=ADAM_EPS[self.precision], kv_line=f"  kv_heads = {self.kv_heads}\n" if self.kv_heads != 4 else "",
+                            arch_lines=llama_lines if self.llama else "",
                             blocks=self.blocks, world=self.world, tp=self.tp, pp=self.pp,
                             dp=self.dp, schedule_text=schedule_text, zero=self.zero,
                             recompute=self.recompute, sp="true" if self.sp else "false")
@@ -174,6 +181,15 @@ def build_cases(with_mpi):
         Case(1, 2, 2, "interleaved", 3, "selective"),
         Case(1, 1, 2, "1f1b", 2, "none"),
     ]
+    # Llama's block (rmsnorm, swiglu, rope) across the axes and features.
+    cases += [
+        Case(2, 1, 1, "1f1b", llama=True),
+        Case(1, 2, 1, "1f1b", kv_heads=2, llama=True),
+        Case(1, 1, 2, "1f1b", 2, llama=True),
+        Case(2, 2, 2, "interleaved", 1, "selective", True, kv_heads=2, llama=True),
+        Case(4, 1, 2, "gpipe", 3, "full", True, kv_heads=1, llama=True),
+        Case(2, 2, 2, "1f1b", kv_heads=2, precision="fp32", llama=True),
+    ]
     # fp32: the arithmetic is the same, only rounding differs.
     cases += [
         Case(2, 2, 2, "1f1b", precision="fp32"),
@@ -194,7 +210,7 @@ def build_cases(with_mpi):
 
 
 # The GPU sweep's fp32 subset: every axis alone, the schedules, each ZeRO stage, recompute,
-# sequence parallelism and grouped-query attention, then mixtures; small enough to carry and to
+# sequence parallelism and grouped-query attention, then mixtures, and Llama's block; small enough to carry and to
 # run in about a minute on one GPU.
 GPU_CASES = [
     Case(2, 1, 1, "1f1b", precision="fp32"),
@@ -220,6 +236,9 @@ GPU_CASES = [
     Case(1, 4, 2, "interleaved", 1, "none", precision="fp32"),
     Case(4, 1, 2, "1f1b", 2, "selective", True, kv_heads=2, precision="fp32"),
     Case(2, 4, 1, "1f1b", 0, "none", precision="fp32"),
+    Case(2, 1, 1, "1f1b", kv_heads=2, precision="fp32", llama=True),
+    Case(2, 2, 2, "1f1b", kv_heads=2, precision="fp32", llama=True),
+    Case(1, 2, 2, "interleaved", 2, "selective", precision="fp32", llama=True),
 ]
 
 
@@ -228,7 +247,7 @@ def references_for(cases):
     references = {}
     for case in cases:
         references.setdefault(case.model_key(), Case(1, 1, 1, "1f1b", kv_heads=case.kv_heads,
-                                                      precision=case.precision))
+                                                      precision=case.precision, llama=case.llama))
         references[case.model_key()].blocks = case.blocks
     return references
 
