@@ -30,7 +30,9 @@ ParamCount blockParams(const ModelSpec &model, const LayerGroup &block) {
   ParamCount p;
   // Column-parallel layers split their weight and bias; row-parallel layers split the weight
   // and keep the bias whole, since it is added after the all-reduce.
-  p.sharded += h * (q + 2 * kv) + (bias ? q + 2 * kv : 0); // QKV
+  p.sharded += h * q + (bias ? q : 0); // Q
+  p.keyValue = h * 2 * kv + (bias ? 2 * kv : 0);
+  p.kvHeads = block.kvHeads;
   p.sharded += q * h;                                      // attention output projection
   p.replicated += bias ? h : 0;
   p.sharded += h * mlpIn + (bias ? mlpIn : 0); // MLP up (and gate)

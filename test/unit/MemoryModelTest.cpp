@@ -107,6 +107,18 @@ TEST(MemoryModel, Llama2With70BMatchesTheReleasedCheckpoint) {
   EXPECT_FALSE(hasLinearBiases(llama70b()));
 }
 
+TEST(MemoryModel, KeyValueHeadsFewerThanTPRanksAreWholeOnEachRank) {
+  ModelSpec m = llama70b(); // 64 query heads, 8 key/value heads of 128
+  ParamCount block = blockParams(m, m.layers[1]);
+  const int64_t h = 8192, d = 128;
+  EXPECT_EQ(block.keyValue, 2 * h * 8 * d);
+  // tp 4: two key/value heads a rank; tp 8: one; tp 16 and 64: still one whole head, which the
+  // plans replicate over 2 and 8 ranks, not a fraction of one.
+  EXPECT_EQ(block.perRank(4) - block.sharded / 4 - block.replicated, 2 * h * 2 * d);
+  for (int64_t tp : {8, 16, 64})
+    EXPECT_EQ(block.perRank(tp) - block.sharded / tp - block.replicated, 2 * h * d) << tp;
+}
+
 TEST(MemoryModel, BytesPerParameter) {
   Program p = program(gptModel(1024, 16, 4, 1024, 128, true), 1, 1, 1);
   EXPECT_DOUBLE_EQ(stateBytesPerParam(p).total(), 18); // bf16 + fp32 grads + 12 (Megatron)

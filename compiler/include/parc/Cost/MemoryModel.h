@@ -14,6 +14,7 @@
 #include "parc/Sema/Program.h"
 #include "parc/Support/Diagnostics.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -23,13 +24,21 @@ namespace parc {
 struct ParamCount {
   int64_t sharded = 0;    // split evenly over the tp ranks (column/row-parallel weights)
   int64_t replicated = 0; // held in full by every tp rank (norms, row-parallel biases)
+  /// The key and value projections, split by whole heads: over tp ranks when there are at least
+  /// as many key/value heads, else each rank holds one whole head (Megatron replicates a head
+  /// over the tp / kvHeads ranks that read it).
+  int64_t keyValue = 0;
+  int64_t kvHeads = 1; // of the one block counted; a sum of blocks keeps only the total
 
-  int64_t total() const { return sharded + replicated; }
-  /// What one tensor-parallel rank holds.
-  int64_t perRank(int64_t tp) const { return sharded / tp + replicated; }
+  int64_t total() const { return sharded + replicated + keyValue; }
+  /// What one tensor-parallel rank holds (of one block, or of layers without key/value heads).
+  int64_t perRank(int64_t tp) const {
+    return sharded / tp + keyValue / std::min(tp, std::max<int64_t>(kvHeads, 1)) + replicated;
+  }
   ParamCount &operator+=(const ParamCount &o) {
     sharded += o.sharded;
     replicated += o.replicated;
+    keyValue += o.keyValue;
     return *this;
   }
 };
