@@ -82,10 +82,16 @@ template <typename T> void CudaDevice<T>::synchronize() { waitFor("synchronize")
 // Copies and host transfers
 //===----------------------------------------------------------------------===//
 
-template <typename T> void CudaDevice<T>::copy(T *dst, const T *src, int64_t n) {
-  if (n > 0)
-    PARC_CUDA_CHECK(
-        cudaMemcpyAsync(dst, src, n * sizeof(T), cudaMemcpyDeviceToDevice, stream()), "copy");
+template <typename T> void CudaDevice<T>::accumulateGrad(Grad *main, const T *part, int64_t n) {
+  if (n <= 0)
+    return;
+  if constexpr (std::is_same_v<T, float>) {
+    cuda::residualAddForward(main, main, part, n, stream());
+  } else {
+    cuda::StreamBuffer<float> widened(size_t(n), stream(), "accumulateGrad");
+    cuda::convert(widened.get(), part, n, stream());
+    cuda::residualAddForward(main, main, widened.get(), n, stream());
+  }
 }
 
 template <typename T>
@@ -100,8 +106,7 @@ void CudaDevice<T>::copyRows(T *dst, int64_t dstStride, const T *src, int64_t sr
                   "copyRows");
 }
 
-template <typename T>
-void CudaDevice<T>::uploadIds(int64_t *dst, const int64_t *src, int64_t n) {
+template <typename T> void CudaDevice<T>::uploadIds(int64_t *dst, const int64_t *src, int64_t n) {
   if (n <= 0)
     return;
   std::string what = "upload of " + std::to_string(n) + " ids";
@@ -120,9 +125,9 @@ void CudaDevice<T>::uploadStaged(T *dst, const float *staged, int64_t n, const s
     staging.copiedOn(stream(), what);
   } else {
     cuda::StreamBuffer<float> values(n, stream(), "upload");
-    PARC_CUDA_CHECK(cudaMemcpyAsync(values.get(), staged, n * sizeof(float),
-                                    cudaMemcpyHostToDevice, stream()),
-                    what);
+    PARC_CUDA_CHECK(
+        cudaMemcpyAsync(values.get(), staged, n * sizeof(float), cudaMemcpyHostToDevice, stream()),
+        what);
     staging.copiedOn(stream(), what);
     cuda::convert(dst, values.get(), n, stream());
   }
@@ -215,7 +220,7 @@ double CudaDevice<T>::crossEntropyLoss(T *loss, const float *rowMax, const float
 }
 
 template <typename T>
-double CudaDevice<T>::squaredSum(llvm::ArrayRef<std::pair<const T *, int64_t>> ranges) {
+double CudaDevice<T>::squaredSum(llvm::ArrayRef<std::pair<const Grad *, int64_t>> ranges) {
   const char *what = "squaredSum";
   cuda::StreamBuffer<double> sum(1, stream(), what);
   PARC_CUDA_CHECK(cudaMemsetAsync(sum.get(), 0, sizeof(double), stream()), what);
@@ -228,22 +233,18 @@ double CudaDevice<T>::squaredSum(llvm::ArrayRef<std::pair<const T *, int64_t>> r
 
 template <typename T>
 template <typename Step>
-void CudaDevice<T>::stepMaster(T *weights, float *master, const T *grad, int64_t n,
-                               const char *what, Step step) {
+void CudaDevice<T>::stepMaster(T *weights, float *master, int64_t n, Step step) {
   assert(master && "bf16/fp16 weights are stepped through their fp32 master copy");
-  cuda::StreamBuffer<float> grad32(size_t(std::max<int64_t>(n, 0)), stream(), what);
-  cuda::convert(grad32.get(), grad, n, stream());
-  step(master, grad32.get());
+  step(master);
   cuda::convert(weights, master, n, stream());
 }
 
 template <typename T>
-void CudaDevice<T>::adamwStep(T *weights, float *master, const T *grad, float *m, float *v,
+void CudaDevice<T>::adamwStep(T *weights, float *master, const Grad *grad, float *m, float *v,
                               int64_t n, const cpu::AdamWConfig &config) {
   if constexpr (KeepsMasterWeights) {
-    stepMaster(weights, master, grad, n, "adamwStep", [&](float *param, const float *grad32) {
-      cuda::adamwStep(param, grad32, m, v, n, config, stream());
-    });
+    stepMaster(weights, master, n,
+               [&](float *param) { cuda::adamwStep(param, grad, m, v, n, config, stream()); });
   } else {
     (void)master;
     cuda::adamwStep(weights, grad, m, v, n, config, stream());
@@ -251,12 +252,11 @@ void CudaDevice<T>::adamwStep(T *weights, float *master, const T *grad, float *m
 }
 
 template <typename T>
-void CudaDevice<T>::sgdStep(T *weights, float *master, const T *grad, float *momentum, int64_t n,
+void CudaDevice<T>::sgdStep(T *weights, float *master, const Grad *grad, float *momentum, int64_t n,
                             const cpu::SGDConfig &config) {
   if constexpr (KeepsMasterWeights) {
-    stepMaster(weights, master, grad, n, "sgdStep", [&](float *param, const float *grad32) {
-      cuda::sgdStep(param, grad32, momentum, n, config, stream());
-    });
+    stepMaster(weights, master, n,
+               [&](float *param) { cuda::sgdStep(param, grad, momentum, n, config, stream()); });
   } else {
     (void)master;
     cuda::sgdStep(weights, grad, momentum, n, config, stream());

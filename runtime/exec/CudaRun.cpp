@@ -89,6 +89,7 @@ RankSummary runRankOnCuda(Communicator &comm, const RunOptions &options, const L
   case Precision::FP16:
     return runWithPrecision<__half>(*deviceComm, options, job, out);
   case Precision::FP64:
+  case Precision::Mixed:
     break;
   }
   throw std::runtime_error(incompatibleOptions(options, CommKind::Local));

@@ -190,6 +190,8 @@ llvm::StringRef spelling(Precision precision) {
     return "bf16";
   case Precision::FP16:
     return "fp16";
+  case Precision::Mixed:
+    return "mixed";
   }
   return "?";
 }
@@ -201,6 +203,9 @@ std::string incompatibleOptions(const RunOptions &options, CommKind comm) {
            " runs only with --backend=cuda; the CPU backend computes in fp32 or fp64";
   if (options.backend == Backend::CUDA && options.precision == Precision::FP64)
     return "--precision=fp64 runs only on the CPU backend; on CUDA use fp32, bf16 or fp16";
+  if (options.backend == Backend::CUDA && options.precision == Precision::Mixed)
+    return "--precision=mixed is the CPU's stand-in for mixed precision; on CUDA use bf16 or "
+           "fp16, which keep fp32 gradients and master weights";
   if (options.backend == Backend::CPU && comm == CommKind::NCCL)
     return "--comm=nccl needs --backend=cuda (NCCL moves GPU buffers)";
   return "";
@@ -227,6 +232,10 @@ RankSummary runRank(Communicator &comm, const RunOptions &options, llvm::raw_ost
   }
   if (options.precision == Precision::FP64) {
     CpuDevice<double> device;
+    return runOnDevice(device, comm, options, job, out);
+  }
+  if (options.precision == Precision::Mixed) {
+    CpuDevice<float, double> device;
     return runOnDevice(device, comm, options, job, out);
   }
   CpuDevice<float> device;

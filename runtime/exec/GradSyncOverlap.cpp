@@ -107,7 +107,7 @@ void GradSyncOverlap<D>::launchRuns(Communicator &comm, Sync &sync, Point now, i
     while (begin > 0 && ready(begin - 1))
       --begin;
     int64_t first = sync.offsets[begin], count = sync.offsets[end] - first;
-    if (count * int64_t(sizeof(typename D::Value)) >= minBytes && count > 0) {
+    if (count * int64_t(sizeof(typename D::Grad)) >= minBytes && count > 0) {
       std::fill(sync.launched.begin() + begin, sync.launched.begin() + end, true);
       if (overlapped) {
         OverlappingCall call(comm);

@@ -88,7 +88,7 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
       throw std::runtime_error(describeOp(backward, i, ops[i]) + ": " + error.what());
     }
     for (PendingGrad &pending : ctx.pending)
-      dev.accumulate(pending.grad, pending.scratch.data(), int64_t(pending.scratch.size()));
+      dev.accumulateGrad(pending.grad, pending.scratch.data(), int64_t(pending.scratch.size()));
     for (const std::string &name : freeAfter[i])
       env.erase(name);
     if (afterOp)
@@ -128,8 +128,9 @@ template <typename D>
 typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i, bool kernelAdds) {
   const std::string &name = ctx.op.outputs[i];
   if (typename ParamStore<D>::Param *param = params.gradOwner(name)) {
-    if (kernelAdds)
-      return {param->grad, param->localShape};
+    if constexpr (std::is_same_v<Grad, T>)
+      if (kernelAdds)
+        return {param->grad, param->localShape};
     PendingGrad &pending = ctx.pending.emplace_back();
     pending.scratch = Buffer<T>(memory, MemoryCategory::Grads, size_t(param->numel));
     pending.grad = param->grad;

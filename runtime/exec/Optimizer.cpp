@@ -19,10 +19,11 @@ template <typename D>
 StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::RankPlan &plan,
                         const plan::Instr &instr, int64_t step) {
   using T = typename D::Value;
+  using Grad = typename D::Grad;
   using Param = typename ParamStore<D>::Param;
   D &dev = params.device();
   StepStats stats;
-  std::vector<std::pair<const T *, int64_t>> normed;
+  std::vector<std::pair<const Grad *, int64_t>> normed;
   for (Param &param : params.all())
     if (param.shard->countsInGradNorm)
       normed.emplace_back(param.grad + param.ownedBegin, param.ownedCount());
@@ -53,7 +54,7 @@ StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::R
     // Megatron exempts biases and norm weights from weight decay.
     double decay = param.shard->shape.size() >= 2 ? train.weightDecay : 0.0;
     T *weights = params.ownedWeights(param);
-    const T *grad = param.grad + param.ownedBegin;
+    const Grad *grad = param.grad + param.ownedBegin;
     if (D::KeepsMasterWeights && !param.master.allocated()) {
       param.master = params.optimizerBuffer(size_t(count));
       dev.initMaster(param.master.data(), weights, count);

@@ -98,8 +98,8 @@ template <typename D> void ParamStore<D>::initialize(uint64_t seed) {
   for (const Param &param : params)
     if (param.partition < 0)
       gradElements += param.numel;
-  gradStorage = Buffer<T>(memory, MemoryCategory::Grads, size_t(gradElements));
-  T *nextGrad = gradStorage.data();
+  gradStorage = Buffer<Grad>(memory, MemoryCategory::Grads, size_t(gradElements));
+  Grad *nextGrad = gradStorage.data();
   for (Partition &partition : parts) {
     partition.grads = nextGrad;
     for (size_t i : partition.params)
@@ -172,10 +172,10 @@ void ParamStore<D>::allReduceGrads(Communicator &comm, const plan::Instr &instr)
   }
   // One collective for the whole list: in place when the shards are adjacent in the gradient
   // buffer, as they are for the data-parallel all-reduce, else through a copy.
-  Buffer<T> scratch;
-  T *flat = params[members.front()].grad;
+  Buffer<Grad> scratch;
+  Grad *flat = params[members.front()].grad;
   if (!adjacent) {
-    scratch = Buffer<T>(memory, MemoryCategory::Grads, size_t(total));
+    scratch = Buffer<Grad>(memory, MemoryCategory::Grads, size_t(total));
     flat = scratch.data();
     int64_t offset = 0;
     for (size_t i : members) {
@@ -199,7 +199,7 @@ void ParamStore<D>::allReduceGrads(Communicator &comm, const plan::Instr &instr)
 template <typename D>
 void ParamStore<D>::reduceScatterGrads(Communicator &comm, const plan::Instr &instr) {
   Partition &partition = partitionOf(instr);
-  Buffer<T> owned(memory, MemoryCategory::Grads, size_t(partition.perMember));
+  Buffer<Grad> owned(memory, MemoryCategory::Grads, size_t(partition.perMember));
   comm.reduceScatter(partition.group, partition.grads, owned.data(), size_t(partition.perMember));
   if (instr.average)
     dev.scale(owned.data(), partition.perMember, 1.0 / double(partition.group.size()));

@@ -51,9 +51,12 @@ cl::opt<parc::runtime::Precision>
               cl::values(clEnumValN(parc::runtime::Precision::FP32, "fp32", "float (default)"),
                          clEnumValN(parc::runtime::Precision::FP64, "fp64", "double (CPU only)"),
                          clEnumValN(parc::runtime::Precision::BF16, "bf16",
-                                    "bfloat16, fp32 master weights (CUDA only)"),
+                                    "bfloat16, fp32 gradients and master weights (CUDA only)"),
                          clEnumValN(parc::runtime::Precision::FP16, "fp16",
-                                    "float16, fp32 master weights (CUDA only)")),
+                                    "float16, fp32 gradients and master weights (CUDA only)"),
+                         clEnumValN(parc::runtime::Precision::Mixed, "mixed",
+                                    "float, fp64 gradients and master weights (CPU only: the "
+                                    "mixed-precision path without a GPU)")),
               cl::cat(parrunCategory));
 cl::opt<parc::runtime::Backend>
     backend("backend", cl::desc("Where the ops run"), cl::init(parc::runtime::Backend::CPU),

@@ -96,12 +96,14 @@ parallel for small on box {{
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 MAPPINGS = [(tp, pp, dp) for tp in (1, 2, 4) for pp in (1, 2, 4) for dp in (1, 2)
             if tp * pp * dp <= 8]
-TOLERANCE = {"fp64": (1e-10, 1e-10), "fp32": (1e-5, 1e-5)}
+# "mixed" (--precision=mixed: fp32 storage, fp64 gradients and master weights) rounds its
+# activations as fp32 does.
+TOLERANCE = {"fp64": (1e-10, 1e-10), "fp32": (1e-5, 1e-5), "mixed": (1e-5, 1e-5)}
 # Adam moves an element by lr * g / (sqrt(v) + eps): where the gradient is at rounding level
 # (a key bias's is zero analytically) any rounding difference becomes a step of up to lr. fp64
 # rounding is small enough for the usual eps; fp32 needs eps 1e-3 (an element moves at most
 # lr / eps = 10 times its gradient's rounding error) to meet 1e-5.
-ADAM_EPS = {"fp64": "1e-8", "fp32": "1e-3"}
+ADAM_EPS = {"fp64": "1e-8", "fp32": "1e-3", "mixed": "1e-3"}
 
 # Buckets of about 1 KiB, so that the small models start their data-parallel gradient
 # all-reduces during the backward (GradSyncOverlap.h) and every dp mapping checks that path;
@@ -198,6 +200,13 @@ def build_cases(with_mpi):
         Case(1, 4, 2, "interleaved", 1, "none", precision="fp32"),
         Case(4, 1, 2, "1f1b", 2, "selective", True, kv_heads=2, precision="fp32"),
         Case(2, 4, 1, "1f1b", 0, "none", precision="fp32"),
+    ]
+    # Mixed precision's path (gradients wider than the weights, master weights) on the CPU.
+    cases += [
+        Case(2, 2, 2, "1f1b", precision="mixed"),
+        Case(1, 1, 2, "1f1b", 2, precision="mixed"),
+        Case(1, 2, 2, "interleaved", 3, "selective", precision="mixed"),
+        Case(4, 1, 2, "gpipe", 1, "none", True, kv_heads=2, precision="mixed", llama=True),
     ]
     if with_mpi:
         cases += [

@@ -90,14 +90,26 @@ protected:
   Doubles downloaded(const Buffer<T> &buffer) {
     return device->download(buffer.data(), int64_t(buffer.size()));
   }
+  /// fp32 device memory (gradients, master weights, moments), which the device's own transfers
+  /// do not move for bf16/fp16.
+  Buffer<float> writeFloats(const Doubles &values,
+                            MemoryCategory category = MemoryCategory::Grads) {
+    Buffer<float> buffer(device->memory(), category, values.size());
+    std::vector<float> host = toFloats(values);
+    device->synchronize();
+    PARC_CUDA_CHECK(
+        cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+        "writing fp32 test inputs");
+    return buffer;
+  }
   /// fp32 device memory (master weights, moments, loss pieces), which the device's own
   /// transfers do not move for bf16/fp16.
   std::vector<float> readFloats(const Buffer<float> &buffer) {
     device->synchronize();
     std::vector<float> host(buffer.size());
-    PARC_CUDA_CHECK(cudaMemcpy(host.data(), buffer.data(), host.size() * sizeof(float),
-                               cudaMemcpyDeviceToHost),
-                    "reading fp32 test results");
+    PARC_CUDA_CHECK(
+        cudaMemcpy(host.data(), buffer.data(), host.size() * sizeof(float), cudaMemcpyDeviceToHost),
+        "reading fp32 test results");
     return host;
   }
 
@@ -156,9 +168,11 @@ TYPED_TEST(CudaDeviceTest, FillAndAccumulate) {
   Doubles a = exactValues(500, 1), b = exactValues(500, 2), sum(500);
   for (size_t i = 0; i < sum.size(); ++i)
     sum[i] = a[i] + b[i];
-  Buffer<TypeParam> acc = this->uploaded(a), x = this->uploaded(b);
-  this->device->accumulate(acc.data(), x.data(), int64_t(acc.size()));
-  EXPECT_EQ(this->downloaded(acc), sum);
+  // A gradient an op wrote in T, added to the fp32 gradient buffer.
+  Buffer<float> acc = this->writeFloats(a);
+  Buffer<TypeParam> x = this->uploaded(b);
+  this->device->accumulateGrad(acc.data(), x.data(), int64_t(acc.size()));
+  EXPECT_EQ(this->readFloats(acc), toFloats(sum));
 }
 
 TYPED_TEST(CudaDeviceTest, AllocationsAreZeroedAndCounted) {
@@ -215,9 +229,10 @@ TYPED_TEST(CudaDeviceTest, SquaredSumMatchesHost) {
   for (const Doubles *values : {&a, &b})
     for (double x : *values)
       expected += x * x;
-  Buffer<TypeParam> da = this->uploaded(a), db = this->uploaded(b);
-  std::vector<std::pair<const TypeParam *, int64_t>> ranges = {
-      {da.data(), int64_t(a.size())}, {db.data(), int64_t(b.size())}};
+  // Of gradients, which are fp32 whatever the storage.
+  Buffer<float> da = this->writeFloats(a), db = this->writeFloats(b);
+  std::vector<std::pair<const float *, int64_t>> ranges = {{da.data(), int64_t(a.size())},
+                                                           {db.data(), int64_t(b.size())}};
   // Squares of multiples of 1/8 add up exactly in fp64, in any order.
   EXPECT_EQ(this->device->squaredSum(ranges), expected);
   EXPECT_EQ(this->device->squaredSum({}), 0.0);
@@ -242,15 +257,15 @@ TYPED_TEST(CudaDeviceTest, AdamWMatchesCpuOnMasterWeights) {
   config.weightDecay = 0.1;
   for (int step = 1; step <= 3; ++step) {
     Doubles grad = exactValues(n, 10 + step);
-    Buffer<TypeParam> g = this->uploaded(grad, MemoryCategory::Grads);
+    Buffer<float> g = this->writeFloats(grad);
     config.step = step;
     this->device->adamwStep(w.data(), master.data(), g.data(), m.data(), v.data(), n, config);
     cpu::adamwStep(cpuWeights.data(), toFloats(grad).data(), cpuM.data(), cpuV.data(), n, config);
   }
 
   Doubles stored = this->downloaded(w);
-  std::vector<float> stepped = Device::KeepsMasterWeights ? this->readFloats(master)
-                                                          : toFloats(stored);
+  std::vector<float> stepped =
+      Device::KeepsMasterWeights ? this->readFloats(master) : toFloats(stored);
   EXPECT_LT(relativeError(stepped, cpuWeights), 1e-6);
   EXPECT_LT(relativeError(this->readFloats(m), cpuM), 1e-6);
   EXPECT_LT(relativeError(this->readFloats(v), cpuV), 1e-6);

@@ -31,17 +31,22 @@
 #include "parc/Runtime/Kernels.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace parc::runtime {
 
-template <typename T> class CpuDevice {
+/// G is the precision of gradients, master weights and optimizer state: T itself, or double
+/// under fp32 storage (`--precision=mixed`), the CPU's counterpart of bf16 storage with fp32
+/// gradients and master weights on CUDA, so that mixed precision's path runs in the CPU tests.
+template <typename T, typename G = T> class CpuDevice {
 public:
   using Value = T;
   using Stat = T;
-  using OptState = T;
-  static constexpr bool KeepsMasterWeights = false;
+  using Grad = G;
+  using OptState = G;
+  static constexpr bool KeepsMasterWeights = !std::is_same_v<T, G>;
   static constexpr const char *Name = "cpu";
 
   CpuDevice() = default;
@@ -49,8 +54,8 @@ public:
 
   //===--- Copies, fills, host transfers ----------------------------------===//
 
-  /// dst[i] = src[i]; the ranges may not overlap.
-  void copy(T *dst, const T *src, int64_t n) { std::copy_n(src, n, dst); }
+  /// dst[i] = src[i]; the ranges may not overlap. E is T or G.
+  template <typename E> void copy(E *dst, const E *src, int64_t n) { std::copy_n(src, n, dst); }
   /// `rows` runs of `width` elements: dst[r*dstStride + j] = src[r*srcStride + j].
   void copyRows(T *dst, int64_t dstStride, const T *src, int64_t srcStride, int64_t width,
                 int64_t rows) {
@@ -58,9 +63,18 @@ public:
       std::copy_n(src + r * srcStride, width, dst + r * dstStride);
   }
   /// dst[i] = value.
-  void fill(T *dst, int64_t n, double value) { std::fill_n(dst, n, T(value)); }
-  /// y[i] += x[i] (a gradient written through a scratch buffer).
-  void accumulate(T *y, const T *x, int64_t n) { cpu::residualAddForward(y, y, x, n); }
+  template <typename E> void fill(E *dst, int64_t n, double value) {
+    std::fill_n(dst, n, E(value));
+  }
+  /// main[i] += part[i]: a parameter gradient an op wrote through a scratch buffer.
+  void accumulateGrad(G *main, const T *part, int64_t n) {
+    if constexpr (std::is_same_v<T, G>) {
+      cpu::residualAddForward(main, main, part, n);
+    } else {
+      for (int64_t i = 0; i < n; ++i)
+        main[i] += G(part[i]);
+    }
+  }
   /// Token ids and labels, from the host.
   void uploadIds(int64_t *dst, const int64_t *src, int64_t n) { std::copy_n(src, n, dst); }
   /// Values, from doubles on the host (rounded to T).
@@ -225,29 +239,47 @@ public:
   //===--- Optimizer ------------------------------------------------------===//
 
   /// sum over the ranges of sum x^2, in double, on the host.
-  double squaredSum(llvm::ArrayRef<std::pair<const T *, int64_t>> ranges) {
+  double squaredSum(llvm::ArrayRef<std::pair<const G *, int64_t>> ranges) {
     double sum = 0;
     for (const auto &[data, n] : ranges)
       sum += cpu::squaredSum(data, n);
     return sum;
   }
-  void scale(T *x, int64_t n, double factor) { cpu::scale(x, n, factor); }
-  /// AdamW on `weights`; `master` is null unless KeepsMasterWeights.
-  void adamwStep(T *weights, OptState *master, const T *grad, OptState *m, OptState *v, int64_t n,
+  void scale(G *x, int64_t n, double factor) { cpu::scale(x, n, factor); }
+  /// AdamW on `weights`, or on `master` (null unless KeepsMasterWeights) rounded into them.
+  void adamwStep(T *weights, G *master, const G *grad, G *m, G *v, int64_t n,
                  const cpu::AdamWConfig &config) {
-    (void)master;
-    cpu::adamwStep(weights, grad, m, v, n, config);
+    if constexpr (KeepsMasterWeights) {
+      cpu::adamwStep(master, grad, m, v, n, config);
+      roundInto(weights, master, n);
+    } else {
+      (void)master;
+      cpu::adamwStep(weights, grad, m, v, n, config);
+    }
   }
-  /// SGD on `weights`; momentum null when the plan's momentum is 0.
-  void sgdStep(T *weights, OptState *master, const T *grad, OptState *momentum, int64_t n,
+  /// SGD, as adamwStep; momentum null when the plan's momentum is 0.
+  void sgdStep(T *weights, G *master, const G *grad, G *momentum, int64_t n,
                const cpu::SGDConfig &config) {
-    (void)master;
-    cpu::sgdStep(weights, grad, momentum, n, config);
+    if constexpr (KeepsMasterWeights) {
+      cpu::sgdStep(master, grad, momentum, n, config);
+      roundInto(weights, master, n);
+    } else {
+      (void)master;
+      cpu::sgdStep(weights, grad, momentum, n, config);
+    }
   }
   /// master = weights, before the first step (KeepsMasterWeights only).
-  void initMaster(OptState *master, const T *weights, int64_t n) { copy(master, weights, n); }
+  void initMaster(G *master, const T *weights, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      master[i] = G(weights[i]);
+  }
 
 private:
+  static void roundInto(T *weights, const G *master, int64_t n) {
+    for (int64_t i = 0; i < n; ++i)
+      weights[i] = T(master[i]);
+  }
+
   MemoryTracker tracker;
 };
 

@@ -65,6 +65,8 @@ template <typename T> class CudaDevice {
 public:
   using Value = T;
   using Stat = float;
+  /// Gradients accumulate and are reduced in fp32 whatever T is (Megatron's main_grad).
+  using Grad = float;
   using OptState = float;
   static constexpr bool KeepsMasterWeights = !std::is_same_v<T, float>;
   static constexpr const char *Name = "cuda";
@@ -90,12 +92,19 @@ public:
 
   //===--- Copies, fills, host transfers ----------------------------------===//
 
-  void copy(T *dst, const T *src, int64_t n);
+  template <typename E> void copy(E *dst, const E *src, int64_t n) {
+    if (n > 0)
+      PARC_CUDA_CHECK(
+          cudaMemcpyAsync(dst, src, n * sizeof(E), cudaMemcpyDeviceToDevice, stream()), "copy");
+  }
   void copyRows(T *dst, int64_t dstStride, const T *src, int64_t srcStride, int64_t width,
                 int64_t rows);
-  /// dst[i] = value, rounded to float and then to T.
-  void fill(T *dst, int64_t n, double value) { cuda::fill(dst, n, float(value), stream()); }
-  void accumulate(T *y, const T *x, int64_t n) { cuda::residualAddForward(y, y, x, n, stream()); }
+  /// dst[i] = value, rounded to float and then to E.
+  template <typename E> void fill(E *dst, int64_t n, double value) {
+    cuda::fill(dst, n, float(value), stream());
+  }
+  /// main[i] += part[i]: a parameter gradient an op wrote in T, added to the fp32 one.
+  void accumulateGrad(Grad *main, const T *part, int64_t n);
   void uploadIds(int64_t *dst, const int64_t *src, int64_t n);
   /// Rounded to float on the host, then to T on the device.
   void upload(T *dst, const double *src, int64_t n);
@@ -241,13 +250,15 @@ public:
   //===--- Optimizer ------------------------------------------------------===//
 
   /// sum over the ranges of sum x^2, added in fp64 on the device, read once.
-  double squaredSum(llvm::ArrayRef<std::pair<const T *, int64_t>> ranges);
-  void scale(T *x, int64_t n, double factor) { cuda::scale(x, n, factor, stream()); }
-  /// AdamW; for bf16/fp16 on the fp32 `master` with fp32 gradients, rounded into `weights`.
-  void adamwStep(T *weights, float *master, const T *grad, float *m, float *v, int64_t n,
+  double squaredSum(llvm::ArrayRef<std::pair<const Grad *, int64_t>> ranges);
+  template <typename E> void scale(E *x, int64_t n, double factor) {
+    cuda::scale(x, n, factor, stream());
+  }
+  /// AdamW; for bf16/fp16 on the fp32 `master`, rounded into `weights`.
+  void adamwStep(T *weights, float *master, const Grad *grad, float *m, float *v, int64_t n,
                  const cpu::AdamWConfig &config);
   /// SGD, as adamwStep; momentum null when the plan's momentum is 0.
-  void sgdStep(T *weights, float *master, const T *grad, float *momentum, int64_t n,
+  void sgdStep(T *weights, float *master, const Grad *grad, float *momentum, int64_t n,
                const cpu::SGDConfig &config);
   /// master = weights in fp32, before the first step (KeepsMasterWeights only).
   void initMaster(float *master, const T *weights, int64_t n);
@@ -269,10 +280,9 @@ private:
   void *stage(size_t bytes, const std::string &what);
   /// Copies n floats out of the pinned staging buffer, which the caller filled, into dst as T.
   void uploadStaged(T *dst, const float *staged, int64_t n, const std::string &what);
-  /// The optimizer step of bf16/fp16 storage: `step(master, fp32 grad)`, then weights =
-  /// master rounded.
-  template <typename Step>
-  void stepMaster(T *weights, float *master, const T *grad, int64_t n, const char *what, Step step);
+  /// The optimizer step of bf16/fp16 storage: `step(master)` on the fp32 master copy (the
+  /// gradients are fp32 already), then weights = master rounded.
+  template <typename Step> void stepMaster(T *weights, float *master, int64_t n, Step step);
 
   // Declared in construction order; destroyed in reverse, the stream last.
   bool flash;

@@ -31,8 +31,10 @@ public:
 };
 
 /// The element type of every weight, gradient and activation. FP64 runs only on the CPU,
-/// BF16 and FP16 only on CUDA (with fp32 master weights and optimizer state); FP32 on both.
-enum class Precision { FP32, FP64, BF16, FP16 };
+/// BF16 and FP16 only on CUDA (with fp32 gradients, master weights and optimizer state); FP32
+/// on both. Mixed, on the CPU only, stores fp32 and keeps fp64 gradients, master weights and
+/// optimizer state: the arrangement of bf16 on CUDA, so that its path runs in the CPU tests.
+enum class Precision { FP32, FP64, BF16, FP16, Mixed };
 llvm::StringRef spelling(Precision precision);
 
 /// Where the ops run. A run never falls back from one to the other.

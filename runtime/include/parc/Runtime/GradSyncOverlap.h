@@ -60,7 +60,7 @@ private:
     size_t instr = 0;
     const std::vector<int64_t> *group = nullptr;
     bool average = false;
-    typename D::Value *flat = nullptr; // the first member's gradient
+    typename D::Grad *flat = nullptr;  // the first member's gradient
     std::vector<int64_t> offsets;      // of each member in `flat`, and the total last
     std::vector<Point> finalAt;        // per member; the sync's own point when never early
     std::vector<char> launched;        // per member, this step

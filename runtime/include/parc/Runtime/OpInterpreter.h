@@ -54,6 +54,7 @@ template <typename D> class OpInterpreter {
 public:
   using T = typename D::Value;
   using Stat = typename D::Stat;
+  using Grad = typename D::Grad;
 
   OpInterpreter(const plan::RankPlan &plan, ParamStore<D> &params, Communicator &comm)
       : plan(plan), params(params), comm(comm), dev(params.device()), memory(dev.memory()) {}
@@ -75,7 +76,7 @@ public:
   };
   struct PendingGrad {
     Buffer<T> scratch;
-    T *grad;
+    Grad *grad;
   };
   struct Context {
     const plan::Chunk &chunk;

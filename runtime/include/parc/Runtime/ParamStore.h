@@ -39,6 +39,7 @@ namespace parc::runtime {
 template <typename D> class ParamStore {
 public:
   using T = typename D::Value;
+  using Grad = typename D::Grad; // T, or wider under mixed precision
   using OptState = typename D::OptState;
 
   struct Param {
@@ -48,7 +49,7 @@ public:
     /// The whole shard: in `storage`, or in its partition's buffer; null while ZeRO-3 has
     /// released it.
     T *value = nullptr;
-    T *grad = nullptr;      // this shard's part of the gradient buffer
+    Grad *grad = nullptr;   // this shard's part of the gradient buffer
     Buffer<T> storage;      // an unpartitioned shard's values
     int64_t partition = -1; // index into partitions(), -1 when not partitioned
     int64_t flatOffset = 0; // first element of this shard in the partition's flat vector
@@ -70,7 +71,7 @@ public:
     bool zero3 = false;    // some release_params names it
     Buffer<T> weights;     // the n' gathered values; ZeRO-3 frees it between computes
     Buffer<T> owned;       // ZeRO-3: this member's perMember values while released
-    T *grads = nullptr;    // the n' gradients, in the gradient buffer
+    Grad *grads = nullptr; // the n' gradients, in the gradient buffer
 
     int64_t ownedLo() const { return position * perMember; }
     int64_t ownedHi() const { return ownedLo() + perMember; }
@@ -124,7 +125,7 @@ private:
   std::vector<Param> params;
   llvm::StringMap<size_t> byName;
   std::vector<Partition> parts;
-  Buffer<T> gradStorage;
+  Buffer<Grad> gradStorage;
 };
 
 extern template class ParamStore<CpuDevice<float>>;
