@@ -14,6 +14,8 @@
 #include "parc/Runtime/CudaLocalCommunicator.h"
 #include "parc/Runtime/NCCLCommunicator.h"
 
+#include "CudaTestSupport.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -57,9 +59,7 @@ int deviceCount() {
 
 #define SKIP_WITHOUT_DEVICES(n)                                                                    \
   do {                                                                                             \
-    std::string why;                                                                               \
-    if (!cuda::cudaDeviceAvailable(&why))                                                          \
-      GTEST_SKIP() << why;                                                                         \
+    SKIP_WITHOUT_DEVICE();                                                                         \
     if (deviceCount() < (n))                                                                       \
       GTEST_SKIP() << "needs " << (n) << " CUDA devices";                                          \
   } while (false)

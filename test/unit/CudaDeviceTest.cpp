@@ -13,6 +13,8 @@
 
 #include "parc/Runtime/CudaLocalCommunicator.h"
 
+#include "CudaTestSupport.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,13 +28,6 @@ namespace cuda = parc::runtime::cuda;
 using Doubles = std::vector<double>;
 
 namespace {
-
-#define SKIP_WITHOUT_DEVICE()                                                                      \
-  do {                                                                                             \
-    std::string why;                                                                               \
-    if (!cuda::cudaDeviceAvailable(&why))                                                          \
-      GTEST_SKIP() << why;                                                                         \
-  } while (false)
 
 /// x rounded as an upload rounds it: to float, then to T.
 template <typename T> double rounded(double x) {

@@ -14,6 +14,8 @@
 #include "parc/Runtime/CudaKernels.h"
 #include "parc/Runtime/Kernels.h"
 
+#include "CudaTestSupport.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -51,54 +53,18 @@ std::string caseName(const Case &c) {
 }
 void PrintTo(const Case &c, std::ostream *out) { *out << caseName(c); }
 
-double toHost(__nv_bfloat16 x) { return __bfloat162float(x); }
-double toHost(__half x) { return __half2float(x); }
-template <typename T> T fromHost(double x);
-template <> __nv_bfloat16 fromHost(double x) { return __float2bfloat16(float(x)); }
-template <> __half fromHost(double x) { return __float2half(float(x)); }
+using parc::test::fromHost;
+using parc::test::toHost;
 
 /// A device buffer of n T; starts as NaN (all bits set) unless given values.
-template <typename T> class Device {
+template <typename T> class Device : public parc::test::DeviceBuffer<T> {
 public:
-  explicit Device(size_t n) : n(n) {
-    PARC_CUDA_CHECK(cudaMalloc(reinterpret_cast<void **>(&data), n * sizeof(T)), "test buffer");
-    PARC_CUDA_CHECK(cudaMemset(data, 0xff, n * sizeof(T)), "NaN fill");
+  explicit Device(size_t n) : parc::test::DeviceBuffer<T>(n) {
+    PARC_CUDA_CHECK(cudaMemset(this->get(), 0xff, n * sizeof(T)), "NaN fill");
   }
-  explicit Device(const Doubles &values) : Device(values.size()) {
-    std::vector<T> host(n);
-    for (size_t i = 0; i < n; ++i)
-      host[i] = fromHost<T>(values[i]);
-    PARC_CUDA_CHECK(cudaMemcpy(data, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  }
-  ~Device() { cudaFree(data); }
-  Device(const Device &) = delete;
-  Device &operator=(const Device &) = delete;
-
-  T *get() const { return data; }
-  std::vector<T> bits() const {
-    PARC_CUDA_CHECK(cudaDeviceSynchronize(), "the flash attention kernels");
-    std::vector<T> host(n);
-    PARC_CUDA_CHECK(cudaMemcpy(host.data(), data, n * sizeof(T), cudaMemcpyDeviceToHost), "read");
-    return host;
-  }
-  Doubles read() const {
-    Doubles values;
-    for (T x : bits())
-      values.push_back(toHost(x));
-    return values;
-  }
-
-private:
-  T *data = nullptr;
-  size_t n;
+  explicit Device(const Doubles &values) : parc::test::DeviceBuffer<T>(values) {}
+  Doubles read() const { return this->template values<double>(); }
 };
-
-#define SKIP_WITHOUT_DEVICE()                                                                      \
-  do {                                                                                             \
-    std::string why;                                                                               \
-    if (!cuda::cudaDeviceAvailable(&why))                                                          \
-      GTEST_SKIP() << why;                                                                         \
-  } while (false)
 
 /// A stream per test, for the GPU tests.
 class DeviceTest {

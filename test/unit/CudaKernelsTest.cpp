@@ -11,6 +11,8 @@
 #include "parc/Runtime/CudaCheck.h"
 #include "parc/Runtime/Kernels.h"
 
+#include "CudaTestSupport.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -27,47 +29,16 @@ using Floats = std::vector<float>;
 
 namespace {
 
-template <typename T> float toHost(T x) { return static_cast<float>(x); }
-template <> float toHost(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <> float toHost(__half x) { return __half2float(x); }
-template <typename T> T fromHost(float x) { return static_cast<T>(x); }
-template <> __nv_bfloat16 fromHost(float x) { return __float2bfloat16(x); }
-template <> __half fromHost(float x) { return __float2half(x); }
+using parc::test::fromHost;
+using parc::test::toHost;
 
 template <typename T> double tolerance() { return std::is_same_v<T, float> ? 1e-5 : 1e-2; }
 
 /// A device buffer of n T, filled from and read back as floats.
-template <typename T> class Device {
+template <typename T> class Device : public parc::test::DeviceBuffer<T> {
 public:
-  explicit Device(size_t n) : n(n) {
-    PARC_CUDA_CHECK(
-        cudaMalloc(reinterpret_cast<void **>(&data), std::max<size_t>(n, 1) * sizeof(T)),
-        "test buffer");
-  }
-  explicit Device(const Floats &values) : Device(values.size()) {
-    std::vector<T> host(n);
-    for (size_t i = 0; i < n; ++i)
-      host[i] = fromHost<T>(values[i]);
-    PARC_CUDA_CHECK(cudaMemcpy(data, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  }
-  ~Device() { cudaFree(data); }
-  Device(const Device &) = delete;
-  Device &operator=(const Device &) = delete;
-
-  T *get() const { return data; }
-  Floats read() const {
-    PARC_CUDA_CHECK(cudaDeviceSynchronize(), "kernels under test");
-    std::vector<T> host(n);
-    PARC_CUDA_CHECK(cudaMemcpy(host.data(), data, n * sizeof(T), cudaMemcpyDeviceToHost), "read");
-    Floats values(n);
-    for (size_t i = 0; i < n; ++i)
-      values[i] = toHost(host[i]);
-    return values;
-  }
-
-private:
-  T *data = nullptr;
-  size_t n;
+  using parc::test::DeviceBuffer<T>::DeviceBuffer;
+  Floats read() const { return this->template values<float>(); }
 };
 
 class DeviceIds {
@@ -101,13 +72,6 @@ bool deviceAvailable() {
   static bool available = cuda::cudaDeviceAvailable();
   return available;
 }
-
-#define SKIP_WITHOUT_DEVICE()                                                                      \
-  do {                                                                                             \
-    std::string why;                                                                               \
-    if (!cuda::cudaDeviceAvailable(&why))                                                          \
-      GTEST_SKIP() << why;                                                                         \
-  } while (false)
 
 template <typename T> class CudaKernelsTest : public ::testing::Test {
 protected:
