@@ -56,8 +56,9 @@ void biasAddForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim) 
 
 template <typename T>
 void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim) {
-  // dx = dy; dbias += sum_r dy[r,:]
-  std::copy(dy, dy + rows * dim, dx);
+  // dx = dy; dbias += sum_r dy[r,:]; dx may be dy itself
+  if (dx != dy)
+    std::copy(dy, dy + rows * dim, dx);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < dim; ++i)
       dbias[i] += dy[r * dim + i];

@@ -194,13 +194,12 @@ public:
     cpu::geluForward(y, y, rows * dim);
   }
   /// dx = dy gelu'(x + bias), dbias += sum_r dx: gelu_bwd and bias_add_bwd fused, recomputing
-  /// x + bias.
+  /// x + bias in dx itself, so that it holds no more than the unfused pair.
   void biasGeluBackward(T *dx, T *dbias, const T *x, const T *bias, const T *dy, int64_t rows,
                         int64_t dim) {
-    Buffer<T> sum(tracker, MemoryCategory::Activations, size_t(rows * dim));
-    cpu::biasAddForward(sum.data(), x, bias, rows, dim);
-    cpu::geluBackward(sum.data(), sum.data(), dy, rows * dim);
-    cpu::biasAddBackward(dx, dbias, sum.data(), rows, dim);
+    cpu::biasAddForward(dx, x, bias, rows, dim);
+    cpu::geluBackward(dx, dx, dy, rows * dim);
+    cpu::biasAddBackward(dx, dbias, dx, rows, dim);
   }
   void geluBackward(T *dx, const T *x, const T *dy, int64_t n) { cpu::geluBackward(dx, x, dy, n); }
   void swigluForward(T *y, const T *gate, const T *up, int64_t rows, int64_t ffn) {

@@ -100,7 +100,7 @@ void matmulBackward(T *da, T *db, const T *a, const T *b, const T *dc, int64_t m
 /// y[r,:] = x[r,:] + bias.
 template <typename T>
 void biasAddForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim);
-/// dx = dy; dbias += sum_r dy[r,:].
+/// dx = dy; dbias += sum_r dy[r,:]. dx may be dy (in place).
 template <typename T> void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim);
 
 /// y = a + b.
