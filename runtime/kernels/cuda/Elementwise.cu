@@ -9,7 +9,11 @@
 
 #include "Common.cuh"
 
+#include <cub/cub.cuh>
+
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace parc::runtime::cuda {
 
@@ -35,21 +39,34 @@ void copyIfDistinct(T *dst, const T *src, int64_t n, cudaStream_t stream, const 
 }
 
 // dweight[ids[b,t] - offset, i] += dy[t,b,i], column i's tokens in (t, b) order
+/// Each token's row in this shard, numbering tokens k = t * batch + b; a token outside the
+/// shard gets localRows, which sorts after every row and is skipped.
+__global__ void embeddingRowsKernel(int32_t *rows, int32_t *tokens, const int64_t *ids,
+                                    int64_t seq, int64_t batch, int64_t vocabOffset,
+                                    int64_t localRows) {
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < seq * batch;
+       k += int64_t(gridDim.x) * blockDim.x) {
+    int64_t t = k / batch, b = k % batch, row = ids[b * seq + t] - vocabOffset;
+    rows[k] = row >= 0 && row < localRows ? int32_t(row) : int32_t(localRows);
+    tokens[k] = int32_t(k);
+  }
+}
+
+/// dweight[row, col] += the fp32 sum, in token order, of dy[token, col] over one run of
+/// tokens with the same row (blockIdx.x the run, blockIdx.y a chunk of columns).
 template <typename T>
-__global__ void embeddingBackwardKernel(T *dweight, const int64_t *ids, const T *dy, int64_t seq,
-                                        int64_t batch, int64_t hidden, int64_t vocabOffset,
-                                        int64_t localRows) {
-  int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= hidden)
+__global__ void embeddingRunsKernel(T *dweight, const T *dy, const int32_t *sortedTokens,
+                                    const int32_t *runRows, const int32_t *runLengths,
+                                    const int32_t *runStarts, const int32_t *numRuns,
+                                    int64_t hidden, int64_t localRows) {
+  int64_t run = blockIdx.x, col = int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (run >= *numRuns || col >= hidden || runRows[run] >= localRows)
     return;
-  for (int64_t t = 0; t < seq; ++t)
-    for (int64_t b = 0; b < batch; ++b) {
-      int64_t row = ids[b * seq + t] - vocabOffset;
-      if (row >= 0 && row < localRows) {
-        T *out = dweight + row * hidden + i;
-        *out = fromFloat<T>(toFloat(*out) + toFloat(dy[(t * batch + b) * hidden + i]));
-      }
-    }
+  float sum = 0;
+  for (int32_t i = runStarts[run], end = runStarts[run] + runLengths[run]; i < end; ++i)
+    sum += toFloat(dy[int64_t(sortedTokens[i]) * hidden + col]);
+  T *out = dweight + int64_t(runRows[run]) * hidden + col;
+  *out = fromFloat<T>(toFloat(*out) + sum);
 }
 
 // (y1, y2) = (x1 cos - x2 sin, x2 cos + x1 sin) at angle t * theta^(-2j/d), times direction
@@ -87,12 +104,62 @@ template <typename T>
 void embeddingBackward(T *dweight, const int64_t *ids, const T *dy, int64_t seq, int64_t batch,
                        int64_t hidden, int64_t vocabOffset, int64_t localRows,
                        cudaStream_t stream) {
-  // dweight[ids[b,t] - vocabOffset] += dy[t,b,:] for ids in this shard
-  if (hidden <= 0)
+  // dweight[ids[b,t] - vocabOffset] += dy[t,b,:] for ids in this shard. The tokens are sorted
+  // by row (a stable radix sort keeps token order within a row), and each run of equal rows
+  // is summed in fp32 and added once: a bf16 table would lose a frequent token's gradient if
+  // every occurrence were added to it in turn, and one thread per column would serialise over
+  // every token.
+  const char *kernel = "embeddingBackward";
+  int64_t n = seq * batch;
+  if (hidden <= 0 || n <= 0)
     return;
-  embeddingBackwardKernel<<<static_cast<unsigned>((hidden + kBlock - 1) / kBlock), kBlock, 0,
-                            stream>>>(dweight, ids, dy, seq, batch, hidden, vocabOffset, localRows);
-  checkLaunch("embeddingBackward");
+  if (n > std::numeric_limits<int32_t>::max() || localRows >= std::numeric_limits<int32_t>::max())
+    throwCallFailed(kernel, "argument check", "more than 2^31 tokens or table rows", __FILE__,
+                    __LINE__);
+  Scratch<int32_t> rows(size_t(n), stream, kernel), tokens(size_t(n), stream, kernel),
+      sortedRows(size_t(n), stream, kernel), sortedTokens(size_t(n), stream, kernel),
+      runRows(size_t(n), stream, kernel), runLengths(size_t(n), stream, kernel),
+      runStarts(size_t(n), stream, kernel), numRuns(1, stream, kernel);
+  embeddingRowsKernel<<<blocksFor(n), kBlock, 0, stream>>>(rows.get(), tokens.get(), ids, seq,
+                                                          batch, vocabOffset, localRows);
+  checkLaunch(kernel);
+  // Lengths past the last run stay 0, so the scan over all n entries stays small.
+  PARC_CUDA_CHECK(cudaMemsetAsync(runLengths.get(), 0, size_t(n) * sizeof(int32_t), stream),
+                  kernel);
+  int endBit = 1;
+  while ((int64_t(1) << endBit) <= localRows)
+    ++endBit;
+  int items = int(n);
+  size_t sortBytes = 0, encodeBytes = 0, scanBytes = 0;
+  PARC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sortBytes, rows.get(), sortedRows.get(),
+                                                  tokens.get(), sortedTokens.get(), items, 0,
+                                                  endBit, stream),
+                  kernel);
+  PARC_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, encodeBytes, sortedRows.get(),
+                                                     runRows.get(), runLengths.get(),
+                                                     numRuns.get(), items, stream),
+                  kernel);
+  PARC_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, runLengths.get(),
+                                                runStarts.get(), items, stream),
+                  kernel);
+  size_t tempBytes = std::max({sortBytes, encodeBytes, scanBytes, size_t(1)});
+  Scratch<unsigned char> temp(tempBytes, stream, kernel);
+  PARC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.get(), sortBytes, rows.get(),
+                                                  sortedRows.get(), tokens.get(),
+                                                  sortedTokens.get(), items, 0, endBit, stream),
+                  kernel);
+  PARC_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(temp.get(), encodeBytes, sortedRows.get(),
+                                                     runRows.get(), runLengths.get(),
+                                                     numRuns.get(), items, stream),
+                  kernel);
+  PARC_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.get(), scanBytes, runLengths.get(),
+                                                runStarts.get(), items, stream),
+                  kernel);
+  dim3 grid(unsigned(n), unsigned((hidden + kBlock - 1) / kBlock));
+  embeddingRunsKernel<<<grid, kBlock, 0, stream>>>(dweight, dy, sortedTokens.get(), runRows.get(),
+                                                   runLengths.get(), runStarts.get(),
+                                                   numRuns.get(), hidden, localRows);
+  checkLaunch(kernel);
 }
 
 template <typename T>

@@ -78,7 +78,8 @@ template <typename T> void fill(T *y, int64_t n, float value, cudaStream_t strea
 template <typename T>
 void embeddingForward(T *y, const int64_t *ids, const T *weight, int64_t seq, int64_t batch,
                       int64_t hidden, int64_t vocabOffset, int64_t localRows, cudaStream_t stream);
-/// dweight[ids[b,t] - vocabOffset] += dy[t,b,:], tokens in (t, b) order.
+/// dweight[ids[b,t] - vocabOffset] += dy[t,b,:]: each row's tokens summed in fp32, in (t, b)
+/// order, then added once (a radix sort of the tokens by row finds them).
 template <typename T>
 void embeddingBackward(T *dweight, const int64_t *ids, const T *dy, int64_t seq, int64_t batch,
                        int64_t hidden, int64_t vocabOffset, int64_t localRows, cudaStream_t stream);
