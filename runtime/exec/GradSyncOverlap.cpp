@@ -139,14 +139,6 @@ template <typename D> bool GradSyncOverlap<D>::finishSync(Communicator &comm, si
   return true;
 }
 
-template <typename D> std::vector<size_t> GradSyncOverlap<D>::overlappedSyncs() const {
-  std::vector<size_t> result;
-  for (const Sync &sync : syncs)
-    if (llvm::any_of(sync.finalAt, [&](const Point &p) { return p.first < sync.instr; }))
-      result.push_back(sync.instr);
-  return result;
-}
-
 #define INSTANTIATE(D) template class GradSyncOverlap<D>;
 PARC_FOR_EACH_DEVICE(INSTANTIATE)
 #undef INSTANTIATE

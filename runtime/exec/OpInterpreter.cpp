@@ -206,9 +206,8 @@ template <typename D> void OpInterpreter<D>::executeCompute(Context &ctx) {
     if (op.inputs.size() == 4) { // (a, b, weight, bias) -> (a + b, y), fused by OpFusion.h
       Operand a = in(ctx, 0), b = in(ctx, 1), weight = in(ctx, 2), bias = in(ctx, 3);
       Operand sum = out(ctx, 0, false), y = out(ctx, 1, false);
-      sameSize(a, b, "residual_add + layernorm");
-      sameSize(a, sum, "residual_add + layernorm");
-      sameSize(a, y, "residual_add + layernorm");
+      for (const Operand *other : {&b, &sum, &y})
+        sameSize(a, *other, "residual_add + layernorm");
       int64_t dim = a.shape.back();
       dev.residualLayerNormForward(sum.data, y.data, a.data, b.data, weight.data, bias.data,
                                    a.numel() / dim, dim, op.numberAttr("eps"));
@@ -225,9 +224,8 @@ template <typename D> void OpInterpreter<D>::executeCompute(Context &ctx) {
     if (op.inputs.size() == 3) { // (a, b, weight) -> (a + b, y), fused by OpFusion.h
       Operand a = in(ctx, 0), b = in(ctx, 1), weight = in(ctx, 2);
       Operand sum = out(ctx, 0, false), y = out(ctx, 1, false);
-      sameSize(a, b, "residual_add + rmsnorm");
-      sameSize(a, sum, "residual_add + rmsnorm");
-      sameSize(a, y, "residual_add + rmsnorm");
+      for (const Operand *other : {&b, &sum, &y})
+        sameSize(a, *other, "residual_add + rmsnorm");
       int64_t dim = a.shape.back();
       dev.residualRmsNormForward(sum.data, y.data, a.data, b.data, weight.data, a.numel() / dim,
                                  dim, op.numberAttr("eps"));

@@ -378,8 +378,9 @@ def run_sweep(args):
         failed += not ok
         print(f"{case.name():<56} {loss_diff:>14.2e} {weight_diff:>16.2e}  "
               f"{'ok' if ok else 'FAIL: ' + '; '.join(problems)}")
-    print(f"tolerances: fp64 loss {tolerance['fp64'][0]:g} weights {tolerance['fp64'][1]:g}, "
-          f"fp32 loss {tolerance['fp32'][0]:g} weights {tolerance['fp32'][1]:g} "
+    limits = ", ".join(f"{precision} loss {loss:g} weights {weights:g}"
+                       for precision, (loss, weights) in tolerance.items())
+    print(f"tolerances: {limits} "
           f"(relative to each tensor's scale); {len(references)} single-rank references; "
           f"{time.monotonic() - started:.0f} s")
     print(f"{passed} passed, {failed} failed")

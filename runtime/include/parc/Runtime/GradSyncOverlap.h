@@ -48,8 +48,6 @@ public:
   /// averages, and returns true; otherwise returns false and the caller runs the instruction.
   bool finishSync(Communicator &comm, size_t instr);
 
-  /// The syncs whose last bucket can start before their instruction: schedule indices.
-  std::vector<size_t> overlappedSyncs() const;
   /// The all-reduces started during the backward in the current step.
   int64_t earlyLaunchesThisStep() const { return earlyLaunches; }
 
