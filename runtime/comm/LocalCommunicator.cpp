@@ -9,14 +9,16 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "parc/Runtime/Communicator.h"
 #include "Deadline.h"
+#include "parc/Runtime/Communicator.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -93,8 +95,6 @@ struct Message {
   std::vector<char> bytes;
 };
 
-
-
 } // namespace
 
 struct LocalWorld::State {
@@ -107,10 +107,48 @@ struct LocalWorld::State {
     changed.notify_all();
   }
 
+  /// Whose wait a stall started with. Following each blocked rank to a blocked rank it awaits
+  /// ends either at a rank that awaits only running ones, which is stuck on its own, or in a
+  /// cycle of waits, where the rank that blocked first was not made to wait by the others'
+  /// blocking (they were running when it blocked). Deadlines alone would name whichever
+  /// victim's thread the scheduler woke first.
+  int64_t stallRoot(int64_t from) const {
+    auto blockedEarlier = [&](int64_t a, int64_t b) {
+      return blocked.at(a).since < blocked.at(b).since;
+    };
+    std::vector<int64_t> path;
+    std::map<int64_t, size_t> position;
+    for (int64_t rank = from;;) {
+      position[rank] = path.size();
+      path.push_back(rank);
+      int64_t next = -1;
+      for (int64_t peer : blocked.at(rank).awaited())
+        if (blocked.count(peer) && (next < 0 || blockedEarlier(peer, next)))
+          next = peer;
+      if (next < 0)
+        return rank;
+      auto seen = position.find(next);
+      if (seen != position.end())
+        return *std::min_element(path.begin() + seen->second, path.end(), blockedEarlier);
+      rank = next;
+    }
+  }
+
+  /// A rank blocked in a wait: since when, and whom it still needs.
+  struct BlockedWait {
+    Clock::time_point since;
+    llvm::function_ref<std::vector<int64_t>()> awaited;
+  };
+
   int64_t world;
   mutable std::mutex mutex;
   std::condition_variable changed;
   std::string failure;
+  std::map<int64_t, BlockedWait> blocked;
+  /// The rank told to report its wait as the job's timeout, for a stall that another rank's
+  /// deadline found, and that rank's timeout.
+  int64_t blamed = -1;
+  double blamedAfterSeconds = 0;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::deque<Message>> mailboxes;
   std::map<std::pair<std::vector<int64_t>, uint64_t>, Slot> slots;
   std::vector<std::unique_ptr<Communicator>> communicators;
@@ -156,17 +194,44 @@ private:
       throw CommError(what + " gave up because the job failed: " + state.failure);
   }
 
-  /// Waits until `ready()`, or throws when the job fails or the deadline passes; `waitingFor`
-  /// says whom the caller still needs, for the timeout message.
-  template <typename Ready, typename WaitingFor>
+  /// Waits until `ready()`, or throws when the job fails or the deadline passes; `awaited`
+  /// names the ranks the caller still needs, and `describe` says so in the timeout message.
+  /// The stall is reported by the rank whose wait started it (State::stallRoot), under its own
+  /// instruction, whichever rank's deadline passed first.
+  template <typename Ready, typename Awaited, typename Describe>
   void wait(Lock &lock, Clock::time_point deadline, const std::string &what, Ready ready,
-            WaitingFor waitingFor) {
-    bool done =
-        state.changed.wait_until(lock, deadline, [&] { return ready() || !state.failure.empty(); });
-    checkNotFailedLocked(what);
-    if (!done)
-      failLocked("timed out after " + formatSeconds(timeoutSeconds()) + " in " + what +
-                 ", waiting for " + waitingFor());
+            Awaited awaited, Describe describe) {
+    auto awaitedRanks = [&] { return awaited(); };
+    state.blocked[myRank] = {Clock::now(), awaitedRanks};
+    auto unblock = llvm::make_scope_exit([&] {
+      state.blocked.erase(myRank);
+      if (state.blamed == myRank)
+        state.blamed = -1;
+    });
+    // A blamed rank that was released meanwhile reports nothing; the finder then looks again.
+    constexpr std::chrono::seconds kBlameGrace(1);
+    for (Clock::time_point until = deadline;;) {
+      state.changed.wait_until(
+          lock, until, [&] { return ready() || !state.failure.empty() || state.blamed == myRank; });
+      checkNotFailedLocked(what);
+      if (ready())
+        return;
+      if (state.blamed != myRank) {
+        if (Clock::now() < until)
+          continue;
+        int64_t root = state.stallRoot(myRank);
+        if (root != myRank) {
+          state.blamed = root;
+          state.blamedAfterSeconds = timeoutSeconds();
+          state.changed.notify_all();
+          until = Clock::now() + kBlameGrace;
+          continue;
+        }
+      }
+      double after = state.blamed == myRank ? state.blamedAfterSeconds : timeoutSeconds();
+      failLocked("timed out after " + formatSeconds(after) + " in " + what + ", waiting for " +
+                 describe(awaited()));
+    }
   }
 
   /// Contributes `input` (or `text`, for agree) to the group's next collective and returns the
@@ -209,6 +274,9 @@ private:
             for (size_t i = 0; i < members; ++i)
               if (!slot.present[i])
                 missing.push_back(group.ranks[i]);
+            return missing;
+          },
+          [](const std::vector<int64_t> &missing) {
             std::string text = missing.size() == 1 ? "rank " : "ranks ";
             llvm::raw_string_ostream os(text);
             llvm::interleaveComma(missing, os);
@@ -337,7 +405,10 @@ private:
             auto it = state.mailboxes.find(box);
             return it != state.mailboxes.end() && !it->second.empty();
           },
-          [&] { return "the matching send of rank " + std::to_string(transfer.peer); });
+          [&] { return std::vector<int64_t>{transfer.peer}; },
+          [&](const std::vector<int64_t> &) {
+            return "the matching send of rank " + std::to_string(transfer.peer);
+          });
       auto it = state.mailboxes.find(box);
       Message message = std::move(it->second.front());
       it->second.pop_front();

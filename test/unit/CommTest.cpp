@@ -271,6 +271,34 @@ TEST(LocalComm, TimeoutOfOneRankWakesTheOthers) {
             "recv from rank 1 with tag 0 on rank 2 gave up because the job failed: " + errors[0]);
 }
 
+// Rank 2 times out first, but it only waits for rank 0, which is stuck in a cycle of waits with
+// rank 1 that rank 0 entered first: the report is rank 0's wait, whose thread throws it.
+TEST(LocalComm, TimeoutReportsTheWaitTheStallStartedWith) {
+  LocalWorld local(3, {30});
+  local.communicator(2).setTimeoutSeconds(0.2);
+  Clock::time_point start = Clock::now();
+  std::vector<std::string> errors = local.run([&](Communicator &comm) {
+    double value = 0;
+    if (comm.rank() == 0)
+      comm.recv(1, 0, &value, 1);
+    if (comm.rank() == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      comm.recv(0, 0, &value, 1);
+    }
+    if (comm.rank() == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      comm.allReduce({0, 2}, &value, 1);
+    }
+  });
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5);
+  EXPECT_EQ(errors[0], "timed out after 0.2 s in recv from rank 1 with tag 0 on rank 0, "
+                       "waiting for the matching send of rank 1");
+  EXPECT_EQ(errors[1],
+            "recv from rank 0 with tag 0 on rank 1 gave up because the job failed: " + errors[0]);
+  EXPECT_EQ(errors[2],
+            "all_reduce over group [0, 2] on rank 2 gave up because the job failed: " + errors[0]);
+}
+
 TEST(LocalComm, AbortWakesEveryWaitingRank) {
   LocalWorld local(4, {30});
   Clock::time_point start = Clock::now();
