@@ -11,6 +11,9 @@
 #             libstdc++, libgcc and the CUDA libraries, which come from that machine); a
 #             library over 4 MiB is stored xz-compressed (NAME.xz) for the size limit, and
 #             gpu-check.sh unpacks it
+#   sysroot/  this machine's dynamic loader, glibc, libstdc++ and libgcc: the binaries need
+#             glibc 2.36 (LLVM's arc4random), which an older image lacks; gpu-check.sh then
+#             starts them through this loader instead of the machine's
 #   plans/    examples/gpt-1.3b.par's plans and its `parc --report=json`, and the GPU
 #             equivalence sweep's plans (test/runtime/sweep.py --prepare)
 #   MANIFEST  git commit, date, toolchain, every file and its size
@@ -63,6 +66,21 @@ for binary in "$stage"/bin/*; do
     libs[$name]=$path
   done < <(ldd "$binary")
 done
+# The C runtime the binaries were linked against, whole: glibc's parts only work together.
+declare -A runtime_libs=()
+for binary in "$stage"/bin/*; do
+  while read -r name arrow path _; do
+    [[ $arrow == "=>" && $name =~ $system_lib ]] && runtime_libs[$name]=$path
+  done < <(ldd "$binary")
+done
+loader=$(readelf -l "$stage/bin/parrun" | sed -n 's/.*Requesting program interpreter: \(.*\)]/\1/p')
+[[ -n $loader && -e $loader ]] || fail "cannot find the dynamic loader of parrun"
+mkdir -p "$stage/sysroot"
+cp -L "$loader" "$stage/sysroot/$(basename "$loader")"
+for name in "${!runtime_libs[@]}"; do
+  cp -L "${runtime_libs[$name]}" "$stage/sysroot/$name"
+done
+
 for name in "${!libs[@]}"; do
   if (($(stat -L -c %s "${libs[$name]}") > compress_over)); then
     xz -T0 -6 -c "${libs[$name]}" >"$stage/lib/$name.xz"
@@ -98,5 +116,5 @@ mv "$stage" "$bundle"
 trap - EXIT
 
 part() { awk -v b="$(du -sb "$bundle/$1" | cut -f1)" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
-echo "gpu-bundle: $bundle is $size_mib MiB (limit $limit_mib MiB): bin $(part bin) ($(ls "$bundle/bin" | wc -l) binaries), lib $(part lib) ($(ls "$bundle/lib" | wc -l) libraries), plans $(part plans) (gpt-1.3b and $(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["cases"]))' "$bundle/plans/sweep/index.json") sweep mappings)"
+echo "gpu-bundle: $bundle is $size_mib MiB (limit $limit_mib MiB): bin $(part bin) ($(ls "$bundle/bin" | wc -l) binaries), lib $(part lib) ($(ls "$bundle/lib" | wc -l) libraries), sysroot $(part sysroot), plans $(part plans) (gpt-1.3b and $(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["cases"]))' "$bundle/plans/sweep/index.json") sweep mappings)"
 echo "gpu-bundle: carry .gpu-bundle and run scripts/gpu-check.sh there (scripts/gpu-check.sh --dry-run checks it here)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check.sh - issue 6's checks of the CUDA backend, on a GPU machine, from .gpu-bundle.
 #
-#   scripts/gpu-check.sh [--dry-run] [--budget SECONDS] [--bundle DIR]
+#   scripts/gpu-check.sh [--dry-run] [--budget SECONDS] [--bundle DIR] [--glibc=auto|bundled|system]
 #
 # Runs from the repository root with the bundle of scripts/gpu-bundle.sh (built elsewhere:
 # the GPU machine has no LLVM, ANTLR, MPI or OpenBLAS to build parc and parrun with). It finds
@@ -23,21 +23,28 @@
 # when every check passed (a missed performance target, MISS, does not fail the run), 1 when a
 # check failed or there is no CUDA device, 2 when the bundle is incomplete or does not resolve.
 #
-# --dry-run (for a machine without a GPU) stops after checking that the bundle is complete and
-# that every binary resolves, the non-CUDA libraries from the bundle itself.
+# --dry-run (for a machine without a GPU) stops after checking that the bundle is complete,
+# that every binary resolves, the non-CUDA libraries from the bundle itself, and that parc
+# starts.
+#
+# The binaries were linked on another image and need its glibc (2.36) and libstdc++. Where the
+# machine's are older (--glibc=auto sees a "version ... not found" from ldd), they start through
+# the bundle's own loader and C runtime (sysroot/); --glibc=bundled or =system forces either.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bundle=$root/.gpu-bundle
 budget=480
 dry_run=0
-usage() { echo "usage: scripts/gpu-check.sh [--dry-run] [--budget SECONDS] [--bundle DIR]" >&2; exit 2; }
+glibc=auto
+usage() { echo "usage: scripts/gpu-check.sh [--dry-run] [--budget SECONDS] [--bundle DIR] [--glibc=auto|bundled|system]" >&2; exit 2; }
 while (($#)); do
   case $1 in
     --dry-run) dry_run=1 ;;
     --budget) [[ ${2:-} =~ ^[0-9]+$ ]] || usage; budget=$2; shift ;;
     --budget=*) budget=${1#*=}; [[ $budget =~ ^[0-9]+$ ]] || usage ;;
     --bundle) [[ -n ${2:-} ]] || usage; bundle=$(cd "$2" && pwd) || exit 2; shift ;;
+    --glibc=auto | --glibc=bundled | --glibc=system) glibc=${1#*=} ;;
     *) usage ;;
   esac
   shift
@@ -52,7 +59,7 @@ summary=$out/summary.txt
 note() { echo "$*" | tee -a "$summary"; }
 die() { local status=$1; shift; note "gpu-check: $*"; exit "$status"; }
 plans=$bundle/plans
-system_lib='^(linux-vdso|ld-linux|libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libanl|libstdc\+\+|libgcc_s)\.so'
+system_lib='^(linux-vdso|ld-linux(-x86-64)?|libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libanl|libstdc\+\+|libgcc_s)\.so'
 cuda_lib='^(libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so'
 
 #--- the bundle --------------------------------------------------------------------------------
@@ -110,10 +117,42 @@ done
 # Only the bundled binaries get the bundle's libraries (an older libz or libtinfo must not
 # reach the machine's python3 or nvidia-smi): each runs through a wrapper in $work/bin.
 ld_path=$work/lib:$bundle/lib$cuda_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+sysroot=$bundle/sysroot
+loader=$sysroot/ld-linux-x86-64.so.2
+if [[ $glibc == auto ]]; then
+  glibc=system
+  for binary in "$bundle"/bin/*; do
+    # ldd fails on such a binary: its exit status is not the test, its output is.
+    listing=$(LD_LIBRARY_PATH=$ld_path ldd "$binary" 2>&1)
+    too_old=$(sed -n "s/.*version \`\([^']*\)' not found.*/\1/p" <<<"$listing" | head -1)
+    if [[ -n $too_old ]]; then
+      note "glibc: the machine's is $(ldd --version 2>&1 | head -1 | awk '{ print $NF }'): $(basename "$binary") needs $too_old"
+      glibc=bundled
+      break
+    fi
+  done
+fi
+if [[ $glibc == bundled ]]; then
+  [[ -f $loader ]] || die 2 "the bundle has no sysroot/ (an older bundle): run scripts/gpu-bundle.sh again"
+  chmod +x "$loader" 2>/dev/null
+  ld_path=$sysroot:$ld_path
+  note "glibc: the binaries start through the bundle's loader and C runtime ($(sed -n 's/^built: *//p' "$bundle/MANIFEST" | cut -d, -f2 | sed 's/^ *//'))"
+fi
+# list_libs BINARY: ldd's lines for BINARY as it will start.
+list_libs() {
+  if [[ $glibc == bundled ]]; then
+    "$loader" --library-path "$ld_path" --list "$1" 2>&1
+  else
+    LD_LIBRARY_PATH=$ld_path ldd "$1" 2>&1
+  fi
+}
 mkdir -p "$work/bin"
 for binary in "$bundle"/bin/*; do
-  printf '#!/bin/sh\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$ld_path" "$binary" \
-    >"$work/bin/$(basename "$binary")"
+  if [[ $glibc == bundled ]]; then
+    printf '#!/bin/sh\nexec %q --library-path %q %q "$@"\n' "$loader" "$ld_path" "$binary"
+  else
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%q exec %q "$@"\n' "$ld_path" "$binary"
+  fi >"$work/bin/$(basename "$binary")"
   chmod +x "$work/bin/$(basename "$binary")"
 done
 
@@ -136,16 +175,23 @@ for binary in "$bundle"/bin/*; do
         note "ldd: MISSING: $(basename "$binary") needs $name, found nowhere"
         unresolved=1
       fi
-    elif [[ ! $name =~ $system_lib && ! $name =~ $cuda_lib && $path != "$work/lib/"* &&
+    elif [[ ! ${name##*/} =~ $system_lib && ! $name =~ $cuda_lib && $path != "$work/lib/"* &&
       $path != "$bundle/lib/"* ]]; then
       # Resolves here, but not from the bundle: the GPU machine may not have it.
       note "ldd: NOT BUNDLED: $(basename "$binary") takes $name from $path"
       ((dry_run)) && unresolved=1
     fi
-  done < <(LD_LIBRARY_PATH=$ld_path ldd "$binary" 2>&1)
+  done < <(list_libs "$binary")
+  listing=$(list_libs "$binary")
+  if missing=$(grep -m1 "version \`[^']*' not found" <<<"$listing"); then
+    note "ldd: $(basename "$binary"): $missing"
+    unresolved=1
+  fi
 done
 ((unresolved)) && die 2 "some libraries do not resolve (above); run scripts/gpu-bundle.sh again"
-note "ldd: every binary resolves"
+note "ldd: every binary resolves ($glibc glibc)"
+started=$("$work/bin/parc" --version 2>&1) || die 2 "parc does not start: $started"
+note "start: $started"
 if ((dry_run)); then
   note "dry run: the bundle is complete and resolves; on a GPU machine run scripts/gpu-check.sh"
   exit 0
