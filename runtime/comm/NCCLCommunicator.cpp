@@ -205,6 +205,10 @@ NCCLCommunicator::~NCCLCommunicator() {
   } catch (const CommError &) {
     abandonTransfers();
   }
+  // Destroying finalizes, which can wait on peers (NCCL 2.23 on); a failed peer thread never
+  // comes, and aborting waits for none.
+  if (!impl->host.jobFailure().empty())
+    abandonTransfers();
   if (!impl->aborted)
     for (ncclComm_t comm : impl->all())
       ncclCommDestroy(comm);
