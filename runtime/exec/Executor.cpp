@@ -167,6 +167,9 @@ std::string describeJob(const plan::RankPlan &plan, const RunOptions &options,
      << (options.backend == Backend::CUDA && options.precision != Precision::FP32
              ? (options.flashAttention ? " (flash attention)" : " (unfused attention)")
              : "")
+     << (options.lossScale.mode != LossScaleOptions::Mode::None
+             ? ", " + options.lossScale.describe()
+             : "")
      << ", data " << data.describe() << "\n";
   return os.str();
 }
@@ -208,7 +211,7 @@ std::string incompatibleOptions(const RunOptions &options, CommKind comm) {
            "fp16, which keep fp32 gradients and master weights";
   if (options.backend == Backend::CPU && comm == CommKind::NCCL)
     return "--comm=nccl needs --backend=cuda (NCCL moves GPU buffers)";
-  return "";
+  return options.lossScale.validate();
 }
 
 RankSummary runRank(Communicator &comm, const RunOptions &options, llvm::raw_ostream &out) {

@@ -9,20 +9,23 @@
 
 namespace parc::runtime {
 
-double learningRate(const plan::TrainSettings &train, int64_t step) {
+double learningRate(const plan::TrainSettings &train, int64_t update) {
   if (train.warmupSteps <= 0)
     return train.lr;
-  return train.lr * std::min(1.0, double(step + 1) / double(train.warmupSteps));
+  return train.lr * std::min(1.0, double(update + 1) / double(train.warmupSteps));
 }
 
 template <typename D>
 StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::RankPlan &plan,
-                        const plan::Instr &instr, int64_t step) {
+                        const plan::Instr &instr, int64_t update, double gradUnscale) {
   using T = typename D::Value;
   using Grad = typename D::Grad;
   using Param = typename ParamStore<D>::Param;
   D &dev = params.device();
   StepStats stats;
+  if (gradUnscale != 1)
+    for (Param &param : params.all())
+      dev.scale(param.grad + param.ownedBegin, param.ownedCount(), gradUnscale);
   std::vector<std::pair<const Grad *, int64_t>> normed;
   for (Param &param : params.all())
     if (param.shard->countsInGradNorm)
@@ -46,7 +49,7 @@ StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::R
       dev.scale(param.grad + param.ownedBegin, param.ownedCount(), factor);
   }
 
-  stats.lr = learningRate(train, step);
+  stats.lr = learningRate(train, update);
   for (Param &param : params.all()) {
     int64_t count = param.ownedCount();
     if (count == 0)
@@ -70,7 +73,7 @@ StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::R
       config.beta2 = train.betas[1];
       config.eps = train.eps;
       config.weightDecay = decay;
-      config.step = step + 1;
+      config.step = update + 1;
       dev.adamwStep(weights, param.master.data(), grad, param.moment1.data(), param.moment2.data(),
                     count, config);
     } else {
@@ -91,7 +94,7 @@ StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::R
 
 #define PARC_INSTANTIATE(D)                                                                        \
   template StepStats optimizerStep(ParamStore<D> &, Communicator &, const plan::RankPlan &,        \
-                                   const plan::Instr &, int64_t);
+                                   const plan::Instr &, int64_t, double);
 PARC_FOR_EACH_DEVICE(PARC_INSTANTIATE)
 #undef PARC_INSTANTIATE
 

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 
 namespace parc::runtime {
 
@@ -43,7 +44,8 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
   if (llvm::Error error = params.buildPartitions())
     throw std::runtime_error("the plan cannot be executed: " + llvm::toString(std::move(error)));
   params.initialize(uint64_t(plan.train.seed));
-  ScheduleRunner<D> runner(plan, comm, params, job.data, options.gradBucketBytes);
+  ScheduleRunner<D> runner(plan, comm, params, job.data, options.gradBucketBytes,
+                           options.lossScale);
 
   int64_t steps = options.steps.value_or(plan.train.steps);
   int64_t logEvery = std::max<int64_t>(1, options.logEvery);
@@ -59,9 +61,19 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
     summary.losses.push_back(result.loss);
     summary.gradNorms.push_back(result.optimizer.gradNorm);
     if (runner.reportsLoss() && ((step + 1) % logEvery == 0 || step + 1 == steps)) {
-      out << llvm::format("step %lld loss %.4f lr %.2e grad_norm %.3f tokens/s %.0f\n",
-                          (long long)(step + 1), result.loss, result.optimizer.lr,
-                          result.optimizer.gradNorm, tokensPerStep / std::max(seconds, 1e-9));
+      // A skipped step's norm is nan or inf; printf would sign a nan.
+      double norm = result.optimizer.gradNorm;
+      std::string normText = std::isnan(norm) ? "nan" : std::isinf(norm) ? "inf" : "";
+      if (normText.empty())
+        llvm::raw_string_ostream(normText) << llvm::format("%.3f", norm);
+      out << llvm::format("step %lld loss %.4f lr %.2e grad_norm %s tokens/s %.0f",
+                          (long long)(step + 1), result.loss, result.optimizer.lr, normText.c_str(),
+                          tokensPerStep / std::max(seconds, 1e-9));
+      if (options.lossScale.mode != LossScaleOptions::Mode::None)
+        out << " loss_scale " << formatLossScale(result.optimizer.lossScale);
+      if (result.optimizer.skipped)
+        out << " skipped (gradients overflowed)";
+      out << "\n";
       out.flush();
     }
   }

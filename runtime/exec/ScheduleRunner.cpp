@@ -59,10 +59,10 @@ std::string describeInstr(const plan::Instr &instr) {
 template <typename D>
 ScheduleRunner<D>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm,
                                   ParamStore<D> &params, const TokenStream &data,
-                                  int64_t gradBucketBytes)
+                                  int64_t gradBucketBytes, const LossScaleOptions &lossScale)
     : plan(plan), comm(comm), params(params), dev(params.device()), memory(dev.memory()),
       data(data), interpreter(plan, params, comm), gradSyncOverlap(plan, params, gradBucketBytes),
-      worldRanks(size_t(plan.world)) {
+      worldRanks(size_t(plan.world)), scaler(lossScale) {
   std::iota(worldRanks.begin(), worldRanks.end(), 0);
   for (const plan::Chunk &chunk : plan.chunks)
     liveness.push_back(ChunkLiveness::analyze(chunk));
@@ -200,9 +200,10 @@ template <typename D> void ScheduleRunner<D>::runInstr(size_t index, int64_t ste
   case InstrKind::ReleaseParams:
     return params.releaseParams(instr);
   case InstrKind::OptimizerStep:
-    lastStats = optimizerStep(params, comm, plan, instr, step);
+    lastStats = optimizerStep(params, comm, plan, instr, updates, 1.0 / scaler.scale());
+    lastStats.lossScale = scaler.scale();
     stepped = true;
-    return afterOptimizer(lastStats, step);
+    return afterOptimizer(step);
   case InstrKind::SendAct:
   case InstrKind::RecvAct:
   case InstrKind::SendGrad:
@@ -211,9 +212,19 @@ template <typename D> void ScheduleRunner<D>::runInstr(size_t index, int64_t ste
   }
 }
 
-template <typename D> void ScheduleRunner<D>::afterOptimizer(const StepStats &stats, int64_t step) {
-  if (stats.updated)
+template <typename D> void ScheduleRunner<D>::afterOptimizer(int64_t step) {
+  const StepStats &stats = lastStats;
+  if (stats.updated) {
+    scaler.finiteStep();
+    ++updates;
     return;
+  }
+  // The norm is global and every rank's scaler has seen the same steps: all decide alike.
+  if (scaler.overflow()) {
+    params.clearGrads();
+    lastStats.skipped = true;
+    return;
+  }
   // The norm is global, so every rank is here; find out together whose gradients broke it.
   std::vector<double> flags(size_t(plan.world), 0.0);
   flags[size_t(plan.rank)] = std::isfinite(stats.localSquares) ? 0.0 : 1.0;
@@ -223,10 +234,14 @@ template <typename D> void ScheduleRunner<D>::afterOptimizer(const StepStats &st
     if (flags[r] != 0)
       culprits.push_back(int64_t(r));
   std::string norm = std::isnan(stats.gradNorm) ? "nan" : "inf";
+  std::string hint =
+      scaler.enabled()
+          ? scaler.exhaustedHint()
+          : "; stopping before the update (lower the learning rate or enable grad_clip)";
   throw AgreedError("step " + std::to_string(step + 1) + ": the gradient norm is " + norm +
                     (culprits.empty() ? std::string()
                                       : " (non-finite gradients on " + rankNames(culprits) + ")") +
-                    "; stopping before the update (lower the learning rate or enable grad_clip)");
+                    hint);
 }
 
 template <typename D> void ScheduleRunner<D>::loadBatch(int64_t microbatch, int64_t step) {
@@ -285,10 +300,10 @@ void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch, size_t instr
   ChunkEnv<T> &env = found->second;
   if (chunk.hasHead) {
     // Each microbatch's loss is a mean over its tokens; 1/M makes the step's gradient that of
-    // the mean over all of this replica's tokens.
+    // the mean over all of this replica's tokens. The loss scale rides on the same seed.
     Tensor<T> &seed = env.values["loss.grad"];
     seed = Tensor<T>(memory, MemoryCategory::Activations, declaredShape(chunk, "loss.grad"));
-    dev.fill(seed.data(), seed.numel(), 1.0 / double(plan.parallel.microbatches));
+    dev.fill(seed.data(), seed.numel(), scaler.scale() / double(plan.parallel.microbatches));
   }
   std::string outputGrad = chunk.output.empty() ? "" : plan::gradName(chunk.output);
   if (!outputGrad.empty() && !env.has(outputGrad)) {

@@ -206,9 +206,13 @@ void dumpWeights(Communicator &comm, ParamStore<D> &params, const plan::RankPlan
       for (double loss : summary.losses)
         json.value(loss);
     });
+    // JSON has no nan or inf: a skipped step's norm (LossScaler.h) is null.
     json.attributeArray("grad_norms", [&] {
       for (double norm : summary.gradNorms)
-        json.value(norm);
+        if (std::isfinite(norm))
+          json.value(norm);
+        else
+          json.value(nullptr);
     });
     double replicaDifference = 0;
     for (const auto &entry : tensors)

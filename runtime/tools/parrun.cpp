@@ -4,6 +4,8 @@
 //          [--precision=fp32|fp64|bf16|fp16] [--backend=cpu|cuda] [--log-every K]
 //          [--timeout SECONDS] [--grad-bucket-mb MIB] [--attention=flash|unfused]
 //          [--fuse-elementwise=true|false] [--dump-weights FILE]
+//          [--loss-scale=dynamic|none|S] [--initial-loss-scale S] [--min-loss-scale S]
+//          [--loss-scale-window N] [--loss-scale-hysteresis N]
 //
 // --comm=local (the default outside mpirun) runs every rank as a thread of this process (on
 // CUDA, all of them on GPU 0); --comm=nccl (CUDA) runs them as threads with a GPU each;
@@ -93,6 +95,26 @@ cl::opt<std::string> dumpWeights("dump-weights",
                                           "and the per-step losses to FILE as JSON"),
                                  cl::value_desc("FILE"), cl::cat(parrunCategory));
 
+cl::opt<std::string> lossScale(
+    "loss-scale",
+    cl::desc("Scale the loss by S (a number), by a dynamic scale that skips overflowed steps "
+             "(dynamic), or not (none); default dynamic with fp16, none otherwise"),
+    cl::value_desc("dynamic|none|S"), cl::cat(parrunCategory));
+cl::opt<double> initialLossScale("initial-loss-scale",
+                                 cl::desc("Where the dynamic loss scale starts (default 65536)"),
+                                 cl::value_desc("S"), cl::init(65536), cl::cat(parrunCategory));
+cl::opt<double> minLossScale("min-loss-scale",
+                             cl::desc("The dynamic loss scale's floor (default 1)"),
+                             cl::value_desc("S"), cl::init(1), cl::cat(parrunCategory));
+cl::opt<int64_t> lossScaleWindow(
+    "loss-scale-window",
+    cl::desc("Finite steps in a row after which the dynamic loss scale doubles (default 1000)"),
+    cl::value_desc("N"), cl::init(1000), cl::cat(parrunCategory));
+cl::opt<int64_t> lossScaleHysteresis(
+    "loss-scale-hysteresis",
+    cl::desc("Overflows since the scale last grew before each next one halves it (default 2)"),
+    cl::value_desc("N"), cl::init(2), cl::cat(parrunCategory));
+
 bool underMPILauncher() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
@@ -130,6 +152,32 @@ int main(int argc, char **argv) {
   options.gradBucketBytes = int64_t(gradBucketMB * double(1 << 20));
   options.flashAttention = attention == AttentionChoice::Flash;
   options.fuseElementwise = fuseElementwise;
+
+  using LossScaleMode = parc::runtime::LossScaleOptions::Mode;
+  parc::runtime::LossScaleOptions &scaling = options.lossScale;
+  if (!lossScale.getNumOccurrences())
+    scaling.mode =
+        precision == parc::runtime::Precision::FP16 ? LossScaleMode::Dynamic : LossScaleMode::None;
+  else if (lossScale == "dynamic")
+    scaling.mode = LossScaleMode::Dynamic;
+  else if (lossScale == "none")
+    scaling.mode = LossScaleMode::None;
+  else if (StringRef(lossScale).getAsDouble(scaling.initial))
+    return usage("--loss-scale must be dynamic, none or a number, not '" + lossScale + "'");
+  else
+    scaling.mode = LossScaleMode::Static;
+  if (scaling.mode == LossScaleMode::Dynamic) {
+    scaling.initial = initialLossScale;
+    scaling.min = minLossScale;
+    scaling.window = lossScaleWindow;
+    scaling.hysteresis = lossScaleHysteresis;
+  } else {
+    for (const cl::Option *option : std::initializer_list<const cl::Option *>{
+             &initialLossScale, &minLossScale, &lossScaleWindow, &lossScaleHysteresis})
+      if (option->getNumOccurrences())
+        return usage("--" + option->ArgStr + " sets the dynamic loss scale; add " +
+                     "--loss-scale=dynamic");
+  }
 
   using parc::runtime::CommKind;
   CommKind comm = commChoice == CommChoice::NCCL    ? CommKind::NCCL

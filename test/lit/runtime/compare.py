@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Compares two `parrun --dump-weights` files: the per-step losses and every parameter.
 
-    compare.py REFERENCE.json OTHER.json [--loss-rtol R] [--weight-tol T]
+    compare.py REFERENCE.json OTHER.json [--loss-rtol R] [--weight-tol T] [--weights-only]
 
-Losses must agree to R relative (default 1e-10). A parameter agrees when
+Losses must agree to R relative (default 1e-10), unless --weights-only (runs of different
+lengths: weights after skipped steps against those of no step). A parameter agrees when
 max|a - b| <= T * max(max|a|, 1e-3), T default 1e-9: relative to the tensor's scale, since an
 element that Adam moved from near zero has no meaningful relative error of its own, and with a
 floor for tensors that stay at rounding noise (a key bias's gradient is zero analytically: the
@@ -37,6 +38,7 @@ def main():
     parser.add_argument("other")
     parser.add_argument("--loss-rtol", type=float, default=1e-10)
     parser.add_argument("--weight-tol", type=float, default=1e-9)
+    parser.add_argument("--weights-only", action="store_true")
     args = parser.parse_args()
     ref, other = load(args.reference), load(args.other)
     failed = False
@@ -46,11 +48,14 @@ def main():
             print(f"replicas differ in {name}: max difference {dump['max_replica_difference']:.3e}")
             failed = True
 
-    if len(ref["losses"]) != len(other["losses"]):
+    if args.weights_only:
+        pass
+    elif len(ref["losses"]) != len(other["losses"]):
         print(f"step counts differ: {len(ref['losses'])} vs {len(other['losses'])}")
         return 1
     worst = 0.0
-    for step, (a, b) in enumerate(zip(ref["losses"], other["losses"]), start=1):
+    compared = [] if args.weights_only else list(zip(ref["losses"], other["losses"]))
+    for step, (a, b) in enumerate(compared, start=1):
         if not (math.isfinite(a) and math.isfinite(b)):
             print(f"step {step}: non-finite loss {a} vs {b}")
             return 1
@@ -59,8 +64,9 @@ def main():
         if rel > args.loss_rtol:
             print(f"step {step}: loss {a!r} vs {b!r}, relative difference {rel:.3e}")
             failed = True
-    print(f"losses match over {len(ref['losses'])} steps (max relative difference "
-          f"{'below' if worst <= args.loss_rtol else 'ABOVE'} {args.loss_rtol:g})")
+    if not args.weights_only:
+        print(f"losses match over {len(ref['losses'])} steps (max relative difference "
+              f"{'below' if worst <= args.loss_rtol else 'ABOVE'} {args.loss_rtol:g})")
 
     ref_params, other_params = ref["params"], other["params"]
     if set(ref_params) != set(other_params):

@@ -15,6 +15,7 @@
 #define PARC_RUNTIME_EXECUTOR_H
 
 #include "parc/Runtime/Communicator.h"
+#include "parc/Runtime/LossScaler.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -62,6 +63,8 @@ struct RunOptions {
   bool flashAttention = true;
   /// Run each bias_add + gelu and residual_add + norm pair as one op (OpFusion.h).
   bool fuseElementwise = true;
+  /// LossScaler.h; parrun turns on a dynamic scale for fp16.
+  LossScaleOptions lossScale;
 };
 
 /// What one rank saw, for the caller and the tests.

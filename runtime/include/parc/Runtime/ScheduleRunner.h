@@ -19,6 +19,7 @@
 #include "parc/Runtime/Communicator.h"
 #include "parc/Runtime/Data.h"
 #include "parc/Runtime/GradSyncOverlap.h"
+#include "parc/Runtime/LossScaler.h"
 #include "parc/Runtime/OpInterpreter.h"
 #include "parc/Runtime/Optimizer.h"
 #include "parc/Runtime/ParamStore.h"
@@ -48,9 +49,11 @@ public:
 
   /// gradBucketBytes: see GradSyncOverlap.h (0: every sync at its instruction).
   ScheduleRunner(const plan::RankPlan &plan, Communicator &comm, ParamStore<D> &params,
-                 const TokenStream &data, int64_t gradBucketBytes = 0);
+                 const TokenStream &data, int64_t gradBucketBytes = 0,
+                 const LossScaleOptions &lossScale = {});
 
-  /// Runs 0-based step `step`. Throws AgreedError when the loss or gradient norm is not finite.
+  /// Runs 0-based step `step`. Throws AgreedError when the loss is not finite, or the gradient
+  /// norm is not finite and the loss scale cannot skip the step.
   StepResult runStep(int64_t step);
 
   bool reportsLoss() const;
@@ -64,7 +67,8 @@ private:
   void loadBatch(int64_t microbatch, int64_t step);
   void forward(int64_t chunk, int64_t microbatch);
   void backward(int64_t chunk, int64_t microbatch, size_t index);
-  void afterOptimizer(const StepStats &stats, int64_t step);
+  /// Counts the update, skips an overflowed step, or stops the run.
+  void afterOptimizer(int64_t step);
   const plan::Chunk &chunkAt(int64_t index) const;
   /// The tensor table's shape of `name` in `chunk`.
   std::vector<int64_t> declaredShape(const plan::Chunk &chunk, const std::string &name) const;
@@ -85,6 +89,8 @@ private:
   double stepLossSum = 0;
   StepStats lastStats;
   bool stepped = false;
+  LossScaler scaler;
+  int64_t updates = 0; // applied so far: the learning-rate schedule's and Adam's step
 };
 
 extern template class ScheduleRunner<CpuDevice<float>>;
