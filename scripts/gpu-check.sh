@@ -11,7 +11,8 @@
 #   (a) the CUDA GoogleTest suites (a skip counts as not passed: this machine has a GPU);
 #   (b) the equivalence sweep on the in-process GPU communicator, fp32: every mapping's losses
 #       within 1e-5 of the single-rank GPU run;
-#   (c) NCCL at world size 1 against the in-process communicator, losses within 1e-5;
+#   (c) NCCL at world size 1 against the in-process communicator, losses within 1e-5; then
+#       bf16 and fp16 (loss scale 1024) against that fp32 run, within 2e-2 and 1e-2;
 #   (d) the ceilings (copy bandwidth, bf16 GEMM) and every kernel against them (target: 2x);
 #   (e) the 1.3B GPT in bf16: tokens/s (median of the steps after the first 3) and MFU against
 #       the measured GEMM rate and the datasheet's 989 TFLOP/s (target: 40 %), with flash
@@ -302,6 +303,32 @@ print("%.2e" % max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(a) == len(b
 else
   row "NCCL world 1 vs in-process" "$nccl_note" "within 1e-5" FAIL
 fi
+
+# (c2) bf16 and fp16 against (c)'s fp32 run of the same plan: a broken half-precision path
+# shows as losses far apart. fp16 with a static loss scale of 1024, so that no step is skipped.
+for half in bf16 fp16; do
+  tolerance=$([[ $half == bf16 ]] && echo 2e-2 || echo 1e-2)
+  scale_args=()
+  [[ $half == fp16 ]] && scale_args=(--loss-scale=1024)
+  if [[ ! -f $work/local.json ]]; then
+    row "$half vs fp32, 1 rank" "no fp32 run to compare with" "within $tolerance" FAIL
+    continue
+  fi
+  run_step "$out/nccl.log" 60 "$bin/parrun" "$tiny" --backend=cuda --precision=$half --steps 3 \
+    --log-every 1 "${scale_args[@]}" --dump-weights "$work/$half.json"
+  if ((step_status != 0)); then
+    row "$half vs fp32, 1 rank" "$step_note" "within $tolerance" FAIL
+    continue
+  fi
+  diff=$(python3 -c '
+import json, sys
+a, b = (json.load(open(p))["losses"] for p in sys.argv[1:])
+print("%.2e" % max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(a) == len(b) == 3 else "inf")' \
+    "$work/local.json" "$work/$half.json" 2>&1 | tail -1)
+  echo "gpu-check: $half vs fp32, largest loss difference $diff" | tee -a "$out/nccl.log"
+  verdict=$(awk -v d="$diff" -v t="$tolerance" 'BEGIN { print ((d ~ /^[0-9.e+-]+$/ && d + 0 <= t + 0) ? "PASS" : "FAIL") }')
+  row "$half vs fp32, 1 rank" "loss rel diff $diff" "within $tolerance" "$verdict"
+done
 
 # (d) the ceilings and the kernels; the json is written even when a kernel failed.
 rm -f "$out/kernel-bench.json"
