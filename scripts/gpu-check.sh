@@ -282,6 +282,19 @@ else
   row "sweep: cuda fp32, in-process" "$result" "losses within 1e-5" FAIL
 fi
 
+# loss_difference A B: the largest relative difference of two 3-step --dump-weights runs'
+# losses ("inf" when they are not both 3 steps or cannot be read).
+loss_difference() {
+  python3 -c '
+import json, sys
+a, b = (json.load(open(p))["losses"] for p in sys.argv[1:])
+print("%.2e" % max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(a) == len(b) == 3 else "inf")' \
+    "$1" "$2" 2>&1 | tail -1
+}
+verdict_within() { # difference tolerance
+  awk -v d="$1" -v t="$2" 'BEGIN { print ((d ~ /^[0-9.e+-]+$/ && d + 0 <= t + 0) ? "PASS" : "FAIL") }'
+}
+
 # (c) NCCL at world size 1 against the in-process communicator, on the sweep's 1-rank plan.
 tiny=$plans/sweep/$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["references"][0]["dir"])' "$plans/sweep/index.json")/plans
 : >"$out/nccl.log"
@@ -292,13 +305,9 @@ for comm in nccl local; do
   ((step_status == 0)) || { nccl_ok=0; nccl_note="--comm=$comm: ${step_note}"; }
 done
 if ((nccl_ok)); then
-  diff=$(python3 -c '
-import json, sys
-a, b = (json.load(open(p))["losses"] for p in sys.argv[1:])
-print("%.2e" % max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(a) == len(b) == 3 else "inf")' \
-    "$work/nccl.json" "$work/local.json" 2>&1 | tail -1)
+  diff=$(loss_difference "$work/nccl.json" "$work/local.json")
   echo "gpu-check: nccl vs local, largest loss difference $diff" | tee -a "$out/nccl.log"
-  verdict=$(awk -v d="$diff" 'BEGIN { print ((d ~ /^[0-9.e+-]+$/ && d + 0 <= 1e-5) ? "PASS" : "FAIL") }')
+  verdict=$(verdict_within "$diff" 1e-5)
   row "NCCL world 1 vs in-process" "loss rel diff $diff" "within 1e-5" "$verdict"
 else
   row "NCCL world 1 vs in-process" "$nccl_note" "within 1e-5" FAIL
@@ -320,13 +329,9 @@ for half in bf16 fp16; do
     row "$half vs fp32, 1 rank" "$step_note" "within $tolerance" FAIL
     continue
   fi
-  diff=$(python3 -c '
-import json, sys
-a, b = (json.load(open(p))["losses"] for p in sys.argv[1:])
-print("%.2e" % max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(a) == len(b) == 3 else "inf")' \
-    "$work/local.json" "$work/$half.json" 2>&1 | tail -1)
+  diff=$(loss_difference "$work/local.json" "$work/$half.json")
   echo "gpu-check: $half vs fp32, largest loss difference $diff" | tee -a "$out/nccl.log"
-  verdict=$(awk -v d="$diff" -v t="$tolerance" 'BEGIN { print ((d ~ /^[0-9.e+-]+$/ && d + 0 <= t + 0) ? "PASS" : "FAIL") }')
+  verdict=$(verdict_within "$diff" "$tolerance")
   row "$half vs fp32, 1 rank" "loss rel diff $diff" "within $tolerance" "$verdict"
 done
 
