@@ -48,6 +48,10 @@ template <typename T> void CudaDevice<T>::bindCommunicator(CudaCommunicator *bou
   comm = bound;
   if (comm)
     comm->setComputeStream(stream());
+  space->setBeforeBlockingWait([this] {
+    if (comm)
+      comm->synchronize();
+  });
 }
 
 template <typename T> void CudaDevice<T>::waitFor(const std::string &what) {
@@ -69,9 +73,10 @@ void CudaDevice<T>::copyToHost(void *host, const void *source, size_t bytes,
 }
 
 template <typename T> void *CudaDevice<T>::stage(size_t bytes, const std::string &what) {
-  // Only when the previous upload is still queued, behind collectives perhaps: then the
-  // communicator's deadline bounds the wait.
-  if (comm && staging.busy())
+  // Only when the previous upload is still queued, behind collectives perhaps, or the buffer
+  // grows (freeing page-locked memory may wait for the whole device): then the communicator's
+  // deadline bounds the wait.
+  if (comm && (staging.busy() || staging.mustGrow(bytes)))
     comm->synchronize();
   return staging.acquire(bytes, what);
 }

@@ -95,6 +95,8 @@ void *CudaMemorySpace::allocate(MemoryCategory category, size_t bytes) {
 
 void CudaMemorySpace::releaseKeptMemory(const std::string &context) {
   // Frees still queued on the stream hold their memory until they run.
+  if (beforeBlockingWait)
+    beforeBlockingWait();
   PARC_CUDA_CHECK(cudaStreamSynchronize(stream), context);
   for (cudaMemPool_t kept : pools)
     PARC_CUDA_CHECK(cudaMemPoolTrimTo(kept, 0), context);

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <string>
 
 namespace parc::runtime {
@@ -45,6 +46,11 @@ public:
   /// them (allocation sizes rounded up to its granularity).
   int64_t poolPeakBytes(MemoryCategory category) const;
 
+  /// Called before the one blocking wait of allocate() (the retry of an allocation that did
+  /// not fit): the rank's communicator finishes its calls there under its deadline, where a
+  /// plain stream wait could block forever behind a collective whose peer died.
+  void setBeforeBlockingWait(std::function<void()> wait) { beforeBlockingWait = std::move(wait); }
+
 private:
   cudaMemPool_t pool(MemoryCategory category) const {
     return pools[static_cast<size_t>(category)];
@@ -59,6 +65,7 @@ private:
   cudaStream_t stream;
   std::array<cudaMemPool_t, NumMemoryCategories> pools{};
   std::string failedRelease;
+  std::function<void()> beforeBlockingWait;
 };
 
 namespace cuda {
@@ -108,6 +115,8 @@ public:
   /// Whether acquire() would wait: the last copy has not completed (or failed, which
   /// acquire() then reports).
   bool busy();
+  /// Whether acquire(bytes) would have to grow the buffer, which may wait for the device.
+  bool mustGrow(size_t bytes) const { return bytes > capacity; }
 
 private:
   void *host = nullptr;
