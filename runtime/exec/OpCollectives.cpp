@@ -180,7 +180,8 @@ template <typename D> void OpInterpreter<D>::executeLoss(Context &ctx) {
   if (dloss.numel() != 1 || dlogits.numel() != logits.numel())
     opError("cross_entropy_bwd needs a scalar loss gradient and logits-sized output");
   dev.crossEntropyBackward(dlogits.data, logits.data, labels, rowMax.data(), rowSum.data(),
-                           dev.readScalar(dloss.data), seq, batch, localVocab, vocabOffset);
+                           dev.readScalar(dloss.data) * lossScale, seq, batch, localVocab,
+                           vocabOffset);
 }
 
 #define PARC_INSTANTIATE(D)                                                                        \

@@ -115,6 +115,7 @@ Tensor<typename D::Value> ScheduleRunner<D>::takeFrom(Key key, const std::string
 template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
   stepLossSum = 0;
   stepped = false;
+  interpreter.setLossScale(scaler.scale());
   gradSyncOverlap.beginStep();
   llvm::ArrayRef<plan::Instr> schedule = plan.schedule;
   for (size_t i = 0; i < schedule.size();) {
@@ -300,10 +301,10 @@ void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch, size_t instr
   ChunkEnv<T> &env = found->second;
   if (chunk.hasHead) {
     // Each microbatch's loss is a mean over its tokens; 1/M makes the step's gradient that of
-    // the mean over all of this replica's tokens. The loss scale rides on the same seed.
+    // the mean over all of this replica's tokens.
     Tensor<T> &seed = env.values["loss.grad"];
     seed = Tensor<T>(memory, MemoryCategory::Activations, declaredShape(chunk, "loss.grad"));
-    dev.fill(seed.data(), seed.numel(), scaler.scale() / double(plan.parallel.microbatches));
+    dev.fill(seed.data(), seed.numel(), 1.0 / double(plan.parallel.microbatches));
   }
   std::string outputGrad = chunk.output.empty() ? "" : plan::gradName(chunk.output);
   if (!outputGrad.empty() && !env.has(outputGrad)) {

@@ -2,8 +2,9 @@
 //
 // fp16 holds magnitudes from 6e-8 to 65504, and activation gradients of a large model fall
 // below that range. Scaling the loss by S before the backward scales every gradient by S
-// (the backward is linear in the loss); the optimizer divides by S in the fp32 gradients
-// before the norm, so clipping, the norm it reports and the update are those of the unscaled
+// (the backward is linear in the loss): cross_entropy_bwd multiplies its loss gradient by S
+// (OpInterpreter::setLossScale), and the optimizer divides the fp32 gradients by S before
+// the norm, so clipping, the norm it reports and the update are those of the unscaled
 // gradients. With S a power of two both scalings are exact, so where nothing over- or
 // underflows the result is bitwise that of S = 1.
 //

@@ -68,6 +68,9 @@ public:
 
   /// The value of the last cross_entropy op run, on the host.
   double lastLoss() const { return loss; }
+  /// The loss scale (LossScaler.h) that cross_entropy_bwd multiplies its loss gradient by: on
+  /// the host scalar, so that the scale need not fit the element type (fp16 ends at 65504).
+  void setLossScale(double scale) { lossScale = scale; }
 
   struct Operand {
     T *data = nullptr;
@@ -105,6 +108,7 @@ private:
   D &dev;
   MemoryTracker &memory;
   double loss = 0;
+  double lossScale = 1;
 };
 
 extern template class OpInterpreter<CpuDevice<float>>;
