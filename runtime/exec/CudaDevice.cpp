@@ -72,6 +72,15 @@ void CudaDevice<T>::copyToHost(void *host, const void *source, size_t bytes,
   waitFor(what);
 }
 
+template <typename T> void CudaDevice<T>::loadBytes(void *dst, const void *host, size_t bytes) {
+  const std::string what = "loading a checkpoint";
+  if (comm)
+    comm->synchronize();
+  // From pageable memory the driver copies the bytes out before the call returns.
+  PARC_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream()), what);
+  waitFor(what);
+}
+
 template <typename T> void *CudaDevice<T>::stage(size_t bytes, const std::string &what) {
   // Only when the previous upload is still queued, behind collectives perhaps, or the buffer
   // grows (freeing page-locked memory may wait for the whole device): then the communicator's

@@ -8,6 +8,7 @@
 #ifndef PARC_RUNTIME_EXEC_RANKLOOP_H
 #define PARC_RUNTIME_EXEC_RANKLOOP_H
 
+#include "parc/Runtime/Checkpoint.h"
 #include "parc/Runtime/Executor.h"
 #include "parc/Runtime/OpFusion.h"
 #include "parc/Runtime/PlanLoader.h"
@@ -51,8 +52,19 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
   int64_t logEvery = std::max<int64_t>(1, options.logEvery);
   double tokensPerStep = double(plan.parallel.globalBatch * plan.model.seq);
   RankSummary summary;
+  int64_t firstStep = 0;
+  if (!options.resumeDir.empty()) {
+    CheckpointState resumed =
+        loadCheckpoint(comm, params, plan, spelling(options.precision), options.resumeDir);
+    runner.restore(resumed.updates, resumed.lossScale);
+    summary.losses = resumed.losses;
+    summary.gradNorms = resumed.gradNorms;
+    firstStep = resumed.step;
+    if (runner.reportsLoss())
+      out << "resume   from " << options.resumeDir << " after step " << firstStep << "\n";
+  }
   device.synchronize();
-  for (int64_t step = 0; step < steps; ++step) {
+  for (int64_t step = firstStep; step < steps; ++step) {
     auto start = std::chrono::steady_clock::now();
     // Ends with the loss all-reduce, which waits for everything the step queued on the device.
     StepResult result = runner.runStep(step);
@@ -75,6 +87,17 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
         out << " skipped (gradients overflowed)";
       out << "\n";
       out.flush();
+    }
+    bool save =
+        !options.saveDir.empty() &&
+        (step + 1 == steps || (options.saveEvery > 0 && (step + 1) % options.saveEvery == 0));
+    if (save) {
+      saveCheckpoint(comm, params, plan, spelling(options.precision),
+                     {step + 1, runner.updatesApplied(), runner.lossScaleState(), summary.losses,
+                      summary.gradNorms},
+                     options.saveDir);
+      if (runner.reportsLoss())
+        out << "saved    " << options.saveDir << " after step " << step + 1 << "\n";
     }
   }
 

@@ -6,6 +6,7 @@
 //          [--fuse-elementwise=true|false] [--dump-weights FILE]
 //          [--loss-scale=dynamic|none|S] [--initial-loss-scale S] [--min-loss-scale S]
 //          [--loss-scale-window N] [--loss-scale-hysteresis N]
+//          [--save DIR [--save-every K]] [--resume DIR]
 //
 // --comm=local (the default outside mpirun) runs every rank as a thread of this process (on
 // CUDA, all of them on GPU 0); --comm=nccl (CUDA) runs them as threads with a GPU each;
@@ -14,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "parc/Runtime/Checkpoint.h"
 #include "parc/Runtime/Executor.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -115,6 +117,17 @@ cl::opt<int64_t> lossScaleHysteresis(
     cl::desc("Overflows since the scale last grew before each next one halves it (default 2)"),
     cl::value_desc("N"), cl::init(2), cl::cat(parrunCategory));
 
+cl::opt<std::string> saveDir("save",
+                             cl::desc("Save a checkpoint to DIR after the last step (replacing "
+                                      "one there)"),
+                             cl::value_desc("DIR"), cl::cat(parrunCategory));
+cl::opt<int64_t> saveEvery("save-every", cl::desc("Also save the checkpoint after every K-th step"),
+                           cl::value_desc("K"), cl::init(0), cl::cat(parrunCategory));
+cl::opt<std::string> resumeDir("resume",
+                               cl::desc("Start from the checkpoint in DIR (saved from these "
+                                        "plans) and train up to --steps"),
+                               cl::value_desc("DIR"), cl::cat(parrunCategory));
+
 bool underMPILauncher() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
@@ -138,6 +151,12 @@ int main(int argc, char **argv) {
     return usage("--timeout must be a positive number of seconds");
   if (!(gradBucketMB >= 0 && gradBucketMB <= 1 << 20))
     return usage("--grad-bucket-mb must be between 0 and 1048576");
+  if (saveEvery.getNumOccurrences() && (saveEvery < 1 || saveDir.empty()))
+    return usage("--save-every needs --save DIR and a K of 1 or more");
+  // Found now, not after the steps it was to keep.
+  if (!saveDir.empty())
+    if (std::string problem = parc::runtime::checkSaveLocation(saveDir); !problem.empty())
+      return usage(problem);
 
   parc::runtime::RunOptions options;
   options.planDir = planDir;
@@ -152,6 +171,9 @@ int main(int argc, char **argv) {
   options.gradBucketBytes = int64_t(gradBucketMB * double(1 << 20));
   options.flashAttention = attention == AttentionChoice::Flash;
   options.fuseElementwise = fuseElementwise;
+  options.saveDir = saveDir;
+  options.saveEvery = saveEvery;
+  options.resumeDir = resumeDir;
 
   using LossScaleMode = parc::runtime::LossScaleOptions::Mode;
   parc::runtime::LossScaleOptions &scaling = options.lossScale;

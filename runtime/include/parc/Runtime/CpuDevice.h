@@ -31,6 +31,7 @@
 #include "parc/Runtime/Kernels.h"
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -85,6 +86,9 @@ public:
   /// Values, to doubles on the host. Waits for the work queued before.
   std::vector<double> download(const T *src, int64_t n) { return {src, src + n}; }
   double readScalar(const T *src) { return double(*src); }
+  /// Byte-exact copies between a buffer and host memory (checkpoints).
+  void saveBytes(void *host, const void *src, size_t bytes) { std::memcpy(host, src, bytes); }
+  void loadBytes(void *dst, const void *host, size_t bytes) { std::memcpy(dst, host, bytes); }
   /// An all-reduce of host doubles (the loss, the gradient norm, flags) over `group`.
   void allReduceHost(Communicator &comm, Communicator::Group group, double *values, size_t n,
                      ReduceOp op = ReduceOp::Sum) {

@@ -94,8 +94,8 @@ public:
 
   template <typename E> void copy(E *dst, const E *src, int64_t n) {
     if (n > 0)
-      PARC_CUDA_CHECK(
-          cudaMemcpyAsync(dst, src, n * sizeof(E), cudaMemcpyDeviceToDevice, stream()), "copy");
+      PARC_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(E), cudaMemcpyDeviceToDevice, stream()),
+                      "copy");
   }
   void copyRows(T *dst, int64_t dstStride, const T *src, int64_t srcStride, int64_t width,
                 int64_t rows);
@@ -110,6 +110,11 @@ public:
   void upload(T *dst, const double *src, int64_t n);
   std::vector<double> download(const T *src, int64_t n);
   double readScalar(const T *src) { return download(src, 1).front(); }
+  /// Byte-exact copies between a device buffer and host memory (checkpoints); both wait.
+  void saveBytes(void *host, const void *src, size_t bytes) {
+    copyToHost(host, src, bytes, "saving a checkpoint");
+  }
+  void loadBytes(void *dst, const void *host, size_t bytes);
   void allReduceHost(Communicator &comm, Communicator::Group group, double *values, size_t n,
                      ReduceOp op = ReduceOp::Sum);
   /// The fp32 initialisation of Init.h, uploaded.

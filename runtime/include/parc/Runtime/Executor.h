@@ -65,6 +65,11 @@ struct RunOptions {
   bool fuseElementwise = true;
   /// LossScaler.h; parrun turns on a dynamic scale for fp16.
   LossScaleOptions lossScale;
+  /// Checkpoint.h: save to saveDir after the last step and every saveEvery steps (0: only
+  /// the last); resume from resumeDir. Empty: neither.
+  std::string saveDir;
+  int64_t saveEvery = 0;
+  std::string resumeDir;
 };
 
 /// What one rank saw, for the caller and the tests.

@@ -44,6 +44,13 @@ std::string formatLossScale(double scale);
 
 class LossScaler {
 public:
+  /// What a checkpoint keeps of the scaler, so that a resumed run scales as the first would.
+  struct State {
+    double scale = 1;
+    int64_t finiteInARow = 0;
+    int64_t overflowsLeft = 0;
+  };
+
   explicit LossScaler(const LossScaleOptions &options);
 
   /// What the loss is multiplied by in this step (1 without scaling).
@@ -57,6 +64,13 @@ public:
   bool overflow();
   /// Why an overflow that overflow() did not absorb stops the run, and what to change.
   std::string exhaustedHint() const;
+
+  State state() const { return {current, finiteInARow, overflowsLeft}; }
+  void restore(const State &state) {
+    current = state.scale;
+    finiteInARow = state.finiteInARow;
+    overflowsLeft = state.overflowsLeft;
+  }
 
 private:
   LossScaleOptions options;

@@ -90,6 +90,7 @@ public:
   std::vector<Param> &all() { return params; }
   const std::vector<Param> &all() const { return params; }
   const std::vector<Partition> &partitions() const { return parts; }
+  std::vector<Partition> &partitions() { return parts; }
   Param *find(llvm::StringRef name);
   /// The parameter whose gradient is called `gradName` ("x.grad" -> x), or null.
   Param *gradOwner(llvm::StringRef gradName);

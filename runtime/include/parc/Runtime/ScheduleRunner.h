@@ -59,6 +59,14 @@ public:
   bool reportsLoss() const;
   const GradSyncOverlap<D> &gradSync() const { return gradSyncOverlap; }
 
+  /// What a checkpoint keeps of the runner: the updates applied and the loss scaler.
+  int64_t updatesApplied() const { return updates; }
+  LossScaler::State lossScaleState() const { return scaler.state(); }
+  void restore(int64_t updatesApplied, const LossScaler::State &lossScale) {
+    updates = updatesApplied;
+    scaler.restore(lossScale);
+  }
+
 private:
   using Key = std::pair<int64_t, int64_t>; // (chunk, microbatch)
 

@@ -1,0 +1,406 @@
+//===- Checkpoint.cpp - Save and restore a rank's training state ----------===//
+
+#include "parc/Runtime/Checkpoint.h"
+
+#include "Devices.h"
+#include "parc/Runtime/Executor.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+namespace parc::runtime {
+
+namespace {
+
+constexpr llvm::StringLiteral ManifestFormat = "parrun-checkpoint/1";
+constexpr llvm::StringLiteral RankFormat = "parrun-checkpoint-rank/1";
+
+std::string rankFileName(int64_t rank) {
+  std::string name;
+  llvm::raw_string_ostream(name) << llvm::format("rank-%05lld.ckpt", (long long)rank);
+  return name;
+}
+
+std::string join(llvm::StringRef dir, llvm::StringRef name) {
+  llvm::SmallString<256> path(dir);
+  llvm::sys::path::append(path, name);
+  return std::string(path);
+}
+
+/// Every rank learns the first rank's failure (in rank order), or nothing.
+void agreeOnFailure(Communicator &comm, const std::string &mine, llvm::StringRef what) {
+  for (const std::string &failure : comm.agree(mine))
+    if (!failure.empty())
+      throw AgreedError(what.str() + ": " + failure);
+}
+
+std::string writeFile(llvm::StringRef path, llvm::function_ref<void(llvm::raw_ostream &)> body) {
+  std::error_code error;
+  llvm::raw_fd_ostream os(path, error, llvm::sys::fs::OF_None);
+  if (error)
+    return "cannot write " + path.str() + ": " + error.message();
+  body(os);
+  os.close();
+  if (os.has_error())
+    return "cannot write " + path.str() + ": " + os.error().message();
+  return "";
+}
+
+/// One buffer of a rank's file: whose, what, and where it lives on the device.
+struct Section {
+  std::string owner; // a shard's name, or "partition N"
+  std::string kind;  // value, master, moment1, moment2, owned
+  void *data = nullptr;
+  size_t bytes = 0;
+};
+
+template <typename D> std::vector<Section> sectionsOf(ParamStore<D> &params) {
+  using T = typename D::Value;
+  using OptState = typename D::OptState;
+  std::vector<Section> sections;
+  for (auto &param : params.all()) {
+    const std::string &name = param.shard->name;
+    if (param.value)
+      sections.push_back({name, "value", param.value, size_t(param.numel) * sizeof(T)});
+    size_t stateBytes = size_t(param.ownedCount()) * sizeof(OptState);
+    if (param.master.allocated())
+      sections.push_back({name, "master", param.master.data(), stateBytes});
+    if (param.moment1.allocated())
+      sections.push_back({name, "moment1", param.moment1.data(), stateBytes});
+    if (param.moment2.allocated())
+      sections.push_back({name, "moment2", param.moment2.data(), stateBytes});
+  }
+  auto &parts = params.partitions();
+  for (size_t p = 0; p < parts.size(); ++p)
+    if (!parts[p].weights.allocated())
+      sections.push_back({"partition " + std::to_string(p), "owned", parts[p].owned.data(),
+                          size_t(parts[p].perMember) * sizeof(T)});
+  return sections;
+}
+
+template <typename D>
+std::string writeRankFile(ParamStore<D> &params, const plan::RankPlan &plan, llvm::StringRef path) {
+  std::vector<Section> sections = sectionsOf(params);
+  llvm::json::Array described;
+  for (const Section &section : sections)
+    described.push_back(llvm::json::Object{
+        {"owner", section.owner}, {"kind", section.kind}, {"bytes", int64_t(section.bytes)}});
+  llvm::json::Object header{{"format", RankFormat},
+                            {"rank", plan.rank},
+                            {"plan_id", plan.planId},
+                            {"value_bytes", int64_t(sizeof(typename D::Value))},
+                            {"state_bytes", int64_t(sizeof(typename D::OptState))},
+                            {"sections", std::move(described)}};
+  D &dev = params.device();
+  return writeFile(path, [&](llvm::raw_ostream &os) {
+    os << llvm::json::Value(std::move(header)) << "\n";
+    std::vector<char> host;
+    for (const Section &section : sections) {
+      host.resize(section.bytes);
+      dev.saveBytes(host.data(), section.data, section.bytes);
+      os.write(host.data(), host.size());
+    }
+  });
+}
+
+llvm::json::Value finiteOrNull(double value) {
+  return std::isfinite(value) ? llvm::json::Value(value) : llvm::json::Value(nullptr);
+}
+
+std::string manifestText(const plan::RankPlan &plan, llvm::StringRef precision,
+                         const CheckpointState &state) {
+  llvm::json::Array losses, norms;
+  for (double loss : state.losses)
+    losses.push_back(finiteOrNull(loss));
+  for (double norm : state.gradNorms)
+    norms.push_back(finiteOrNull(norm));
+  llvm::json::Object manifest{
+      {"format", ManifestFormat},
+      {"plan_id", plan.planId},
+      {"world", plan.world},
+      {"precision", precision},
+      {"step", state.step},
+      {"updates", state.updates},
+      {"loss_scale", llvm::json::Object{{"scale", state.lossScale.scale},
+                                        {"finite_in_a_row", state.lossScale.finiteInARow},
+                                        {"overflows_left", state.lossScale.overflowsLeft}}},
+      {"losses", std::move(losses)},
+      {"grad_norms", std::move(norms)}};
+  std::string text;
+  llvm::raw_string_ostream(text) << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest)))
+                                 << "\n";
+  return text;
+}
+
+/// Replaces `dir` by the complete `partial`: the old checkpoint goes only once the new one
+/// is in place.
+std::string publish(llvm::StringRef partial, llvm::StringRef dir) {
+  std::string old = dir.str() + ".old";
+  llvm::sys::fs::remove_directories(old);
+  bool hadOld = llvm::sys::fs::exists(dir);
+  if (hadOld)
+    if (std::error_code error = llvm::sys::fs::rename(dir, old))
+      return "cannot move the previous checkpoint " + dir.str() + " aside: " + error.message();
+  if (std::error_code error = llvm::sys::fs::rename(partial, dir))
+    return "cannot rename " + partial.str() + " to " + dir.str() + ": " + error.message();
+  if (hadOld)
+    llvm::sys::fs::remove_directories(old);
+  return "";
+}
+
+/// A JSON member, or a located complaint.
+struct Reader {
+  const llvm::json::Object &object;
+  std::string file;
+
+  [[noreturn]] void fail(const llvm::Twine &message) const {
+    throw std::runtime_error(file + ": " + message.str());
+  }
+  int64_t integer(llvm::StringRef key) const {
+    if (auto value = object.getInteger(key))
+      return *value;
+    fail("'" + key + "' is missing or not an integer");
+  }
+  double number(llvm::StringRef key) const {
+    if (auto value = object.getNumber(key))
+      return *value;
+    fail("'" + key + "' is missing or not a number");
+  }
+  std::string string(llvm::StringRef key) const {
+    if (auto value = object.getString(key))
+      return value->str();
+    fail("'" + key + "' is missing or not a string");
+  }
+  const llvm::json::Array &array(llvm::StringRef key) const {
+    if (const llvm::json::Array *value = object.getArray(key))
+      return *value;
+    fail("'" + key + "' is missing or not an array");
+  }
+  Reader object_(llvm::StringRef key) const {
+    if (const llvm::json::Object *value = object.getObject(key))
+      return {*value, file};
+    fail("'" + key + "' is missing or not an object");
+  }
+  /// nan for null: the norms of skipped steps.
+  std::vector<double> numbers(llvm::StringRef key) const {
+    std::vector<double> values;
+    for (const llvm::json::Value &value : array(key)) {
+      if (value.kind() == llvm::json::Value::Null)
+        values.push_back(std::nan(""));
+      else if (auto number = value.getAsNumber())
+        values.push_back(*number);
+      else
+        fail("'" + key + "' holds something that is not a number");
+    }
+    return values;
+  }
+};
+
+std::unique_ptr<llvm::MemoryBuffer> readFile(const std::string &path) {
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
+      llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  if (!file)
+    throw std::runtime_error("cannot read " + path + ": " + file.getError().message());
+  return std::move(*file);
+}
+
+CheckpointState readManifest(const plan::RankPlan &plan, llvm::StringRef precision,
+                             llvm::StringRef dir) {
+  std::string path = join(dir, "manifest.json");
+  std::unique_ptr<llvm::MemoryBuffer> file = readFile(path);
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(file->getBuffer());
+  if (!parsed)
+    throw std::runtime_error(path + ": not JSON: " + llvm::toString(parsed.takeError()));
+  const llvm::json::Object *object = parsed->getAsObject();
+  if (!object)
+    throw std::runtime_error(path + ": not a JSON object");
+  Reader manifest{*object, path};
+  if (manifest.string("format") != ManifestFormat)
+    manifest.fail("not a parrun checkpoint (format '" + manifest.string("format") + "', not '" +
+                  ManifestFormat + "')");
+  if (manifest.string("plan_id") != plan.planId)
+    manifest.fail("saved from plan " + manifest.string("plan_id") + ", but these plans are " +
+                  plan.planId + "; a checkpoint resumes only the plans it was saved from");
+  if (manifest.integer("world") != plan.world)
+    manifest.fail("saved by " + llvm::Twine(manifest.integer("world")) + " ranks, not " +
+                  llvm::Twine(plan.world));
+  if (manifest.string("precision") != precision)
+    manifest.fail("saved in " + manifest.string("precision") +
+                  "; resume with --precision=" + manifest.string("precision"));
+  CheckpointState state;
+  state.step = manifest.integer("step");
+  state.updates = manifest.integer("updates");
+  Reader scale = manifest.object_("loss_scale");
+  state.lossScale = {scale.number("scale"), scale.integer("finite_in_a_row"),
+                     scale.integer("overflows_left")};
+  state.losses = manifest.numbers("losses");
+  state.gradNorms = manifest.numbers("grad_norms");
+  if (state.step < 0 || state.updates < 0 || state.updates > state.step ||
+      int64_t(state.losses.size()) != state.step || int64_t(state.gradNorms.size()) != state.step)
+    manifest.fail("inconsistent: step " + llvm::Twine(state.step) + ", updates " +
+                  llvm::Twine(state.updates) + ", " + llvm::Twine(state.losses.size()) + " losses");
+  return state;
+}
+
+template <typename D>
+void readRankFile(ParamStore<D> &params, const plan::RankPlan &plan, const std::string &path) {
+  using T = typename D::Value;
+  using OptState = typename D::OptState;
+  std::unique_ptr<llvm::MemoryBuffer> file = readFile(path);
+  llvm::StringRef bytes = file->getBuffer();
+  size_t newline = bytes.find('\n');
+  if (newline == llvm::StringRef::npos)
+    throw std::runtime_error(path + ": no header line");
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(bytes.take_front(newline));
+  if (!parsed)
+    throw std::runtime_error(path +
+                             ": the header is not JSON: " + llvm::toString(parsed.takeError()));
+  const llvm::json::Object *object = parsed->getAsObject();
+  if (!object)
+    throw std::runtime_error(path + ": the header is not a JSON object");
+  Reader header{*object, path};
+  if (header.string("format") != RankFormat)
+    header.fail("not a parrun checkpoint rank file");
+  if (header.integer("rank") != plan.rank || header.string("plan_id") != plan.planId)
+    header.fail("belongs to rank " + llvm::Twine(header.integer("rank")) + " of plan " +
+                header.string("plan_id") + ", not rank " + llvm::Twine(plan.rank) + " of " +
+                plan.planId);
+  if (header.integer("value_bytes") != int64_t(sizeof(T)) ||
+      header.integer("state_bytes") != int64_t(sizeof(OptState)))
+    header.fail("holds values of " + llvm::Twine(header.integer("value_bytes")) + " bytes, not " +
+                llvm::Twine(sizeof(T)));
+
+  // Where each section may go, and how large it must be.
+  std::map<std::pair<std::string, std::string>, Section> expected;
+  auto &parts = params.partitions();
+  for (auto &param : params.all()) {
+    const std::string &name = param.shard->name;
+    size_t stateBytes = size_t(param.ownedCount()) * sizeof(OptState);
+    if (param.value)
+      expected[{name, "value"}] = {name, "value", param.value, size_t(param.numel) * sizeof(T)};
+    for (const char *kind : {"master", "moment1", "moment2"})
+      expected[{name, kind}] = {name, kind, nullptr, stateBytes};
+  }
+  for (size_t p = 0; p < parts.size(); ++p)
+    if (!parts[p].weights.allocated()) {
+      std::string owner = "partition " + std::to_string(p);
+      expected[{owner, "owned"}] = {owner, "owned", parts[p].owned.data(),
+                                    size_t(parts[p].perMember) * sizeof(T)};
+    }
+
+  D &dev = params.device();
+  size_t offset = newline + 1;
+  std::map<std::pair<std::string, std::string>, bool> loaded;
+  for (const llvm::json::Value &value : header.array("sections")) {
+    const llvm::json::Object *described = value.getAsObject();
+    if (!described)
+      header.fail("a section is not a JSON object");
+    Reader section{*described, path};
+    std::pair<std::string, std::string> key{section.string("owner"), section.string("kind")};
+    int64_t size = section.integer("bytes");
+    auto slot = expected.find(key);
+    if (slot == expected.end())
+      header.fail("has " + key.second + " of '" + key.first + "', which this rank does not hold");
+    if (size != int64_t(slot->second.bytes))
+      header.fail(key.second + " of '" + key.first + "' is " + llvm::Twine(size) + " bytes, not " +
+                  llvm::Twine(slot->second.bytes));
+    if (loaded[key])
+      header.fail("has " + key.second + " of '" + key.first + "' twice");
+    if (offset + size_t(size) > bytes.size())
+      header.fail("is truncated: " + llvm::Twine(bytes.size()) + " bytes, " + key.second + " of '" +
+                  key.first + "' ends at " + llvm::Twine(offset + size_t(size)));
+    void *target = slot->second.data;
+    if (!target) {
+      // Optimizer state exists from the first update on; a checkpoint taken after it has it.
+      auto *param = params.find(key.first);
+      auto &buffer = key.second == "master"    ? param->master
+                     : key.second == "moment1" ? param->moment1
+                                               : param->moment2;
+      if (!buffer.allocated())
+        buffer = params.optimizerBuffer(size_t(param->ownedCount()));
+      target = buffer.data();
+    }
+    dev.loadBytes(target, bytes.data() + offset, size_t(size));
+    offset += size_t(size);
+    loaded[key] = true;
+  }
+  if (offset != bytes.size())
+    header.fail("has " + llvm::Twine(bytes.size() - offset) + " bytes after its last section");
+  for (const auto &[key, section] : expected)
+    if ((key.second == "value" || key.second == "owned") && !loaded[key])
+      header.fail("has no " + key.second + " of '" + key.first + "'");
+}
+
+} // namespace
+
+std::string checkSaveLocation(llvm::StringRef dir) {
+  llvm::SmallString<256> absolute(dir);
+  llvm::sys::fs::make_absolute(absolute);
+  llvm::sys::path::remove_dots(absolute, /*remove_dot_dot=*/true);
+  llvm::StringRef parent = llvm::sys::path::parent_path(absolute);
+  if (llvm::sys::fs::exists(absolute) && !llvm::sys::fs::is_directory(absolute))
+    return "--save " + dir.str() + ": it exists and is not a folder";
+  if (!llvm::sys::fs::is_directory(parent))
+    return "--save " + dir.str() + ": the folder " + parent.str() + " does not exist";
+  if (llvm::sys::fs::access(parent, llvm::sys::fs::AccessMode::Write))
+    return "--save " + dir.str() + ": the folder " + parent.str() + " is not writable";
+  return "";
+}
+
+template <typename D>
+void saveCheckpoint(Communicator &comm, ParamStore<D> &params, const plan::RankPlan &plan,
+                    llvm::StringRef precision, const CheckpointState &state, llvm::StringRef dir) {
+  std::string what = "--save " + dir.str();
+  std::string partial = dir.str() + ".partial";
+  std::string failure;
+  if (plan.rank == 0) {
+    llvm::sys::fs::remove_directories(partial);
+    if (std::error_code error = llvm::sys::fs::create_directories(partial))
+      failure = "cannot create " + partial + ": " + error.message();
+  }
+  agreeOnFailure(comm, failure, what);
+  failure = writeRankFile(params, plan, join(partial, rankFileName(plan.rank)));
+  agreeOnFailure(comm, failure, what);
+  if (plan.rank == 0) {
+    std::string text = manifestText(plan, precision, state);
+    failure = writeFile(join(partial, "manifest.json"), [&](llvm::raw_ostream &os) { os << text; });
+    if (failure.empty())
+      failure = publish(partial, dir);
+  }
+  agreeOnFailure(comm, failure, what);
+}
+
+template <typename D>
+CheckpointState loadCheckpoint(Communicator &comm, ParamStore<D> &params,
+                               const plan::RankPlan &plan, llvm::StringRef precision,
+                               llvm::StringRef dir) {
+  CheckpointState state;
+  std::string failure;
+  try {
+    state = readManifest(plan, precision, dir);
+    readRankFile(params, plan, join(dir, rankFileName(plan.rank)));
+  } catch (const std::runtime_error &error) {
+    failure = error.what();
+  }
+  agreeOnFailure(comm, failure, "--resume " + dir.str());
+  return state;
+}
+
+#define INSTANTIATE(D)                                                                             \
+  template void saveCheckpoint(Communicator &, ParamStore<D> &, const plan::RankPlan &,            \
+                               llvm::StringRef, const CheckpointState &, llvm::StringRef);         \
+  template CheckpointState loadCheckpoint(Communicator &, ParamStore<D> &, const plan::RankPlan &, \
+                                          llvm::StringRef, llvm::StringRef);
+PARC_FOR_EACH_DEVICE(INSTANTIATE)
+#undef INSTANTIATE
+
+} // namespace parc::runtime
