@@ -63,7 +63,11 @@ struct Section {
   size_t bytes = 0;
 };
 
-template <typename D> std::vector<Section> sectionsOf(ParamStore<D> &params) {
+/// The buffers a rank's file holds: each shard's values unless released, its optimizer state
+/// (where allocated, or with `unallocatedState` also where not yet, at a null address), and
+/// the owned range of each released partition.
+template <typename D>
+std::vector<Section> sectionsOf(ParamStore<D> &params, bool unallocatedState = false) {
   using T = typename D::Value;
   using OptState = typename D::OptState;
   std::vector<Section> sections;
@@ -72,12 +76,12 @@ template <typename D> std::vector<Section> sectionsOf(ParamStore<D> &params) {
     if (param.value)
       sections.push_back({name, "value", param.value, size_t(param.numel) * sizeof(T)});
     size_t stateBytes = size_t(param.ownedCount()) * sizeof(OptState);
-    if (param.master.allocated())
-      sections.push_back({name, "master", param.master.data(), stateBytes});
-    if (param.moment1.allocated())
-      sections.push_back({name, "moment1", param.moment1.data(), stateBytes});
-    if (param.moment2.allocated())
-      sections.push_back({name, "moment2", param.moment2.data(), stateBytes});
+    for (auto [kind, buffer] : {std::pair{"master", &param.master},
+                                {"moment1", &param.moment1},
+                                {"moment2", &param.moment2}})
+      if (buffer->allocated() || unallocatedState)
+        sections.push_back(
+            {name, kind, buffer->allocated() ? buffer->data() : nullptr, stateBytes});
   }
   auto &parts = params.partitions();
   for (size_t p = 0; p < parts.size(); ++p)
@@ -281,21 +285,8 @@ void readRankFile(ParamStore<D> &params, const plan::RankPlan &plan, const std::
 
   // Where each section may go, and how large it must be.
   std::map<std::pair<std::string, std::string>, Section> expected;
-  auto &parts = params.partitions();
-  for (auto &param : params.all()) {
-    const std::string &name = param.shard->name;
-    size_t stateBytes = size_t(param.ownedCount()) * sizeof(OptState);
-    if (param.value)
-      expected[{name, "value"}] = {name, "value", param.value, size_t(param.numel) * sizeof(T)};
-    for (const char *kind : {"master", "moment1", "moment2"})
-      expected[{name, kind}] = {name, kind, nullptr, stateBytes};
-  }
-  for (size_t p = 0; p < parts.size(); ++p)
-    if (!parts[p].weights.allocated()) {
-      std::string owner = "partition " + std::to_string(p);
-      expected[{owner, "owned"}] = {owner, "owned", parts[p].owned.data(),
-                                    size_t(parts[p].perMember) * sizeof(T)};
-    }
+  for (Section &section : sectionsOf(params, /*unallocatedState=*/true))
+    expected[{section.owner, section.kind}] = section;
 
   D &dev = params.device();
   size_t offset = newline + 1;
