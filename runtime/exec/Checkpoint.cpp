@@ -337,13 +337,16 @@ std::string checkSaveLocation(llvm::StringRef dir) {
   llvm::SmallString<256> absolute(dir);
   llvm::sys::fs::make_absolute(absolute);
   llvm::sys::path::remove_dots(absolute, /*remove_dot_dot=*/true);
-  llvm::StringRef parent = llvm::sys::path::parent_path(absolute);
   if (llvm::sys::fs::exists(absolute) && !llvm::sys::fs::is_directory(absolute))
     return "--save " + dir.str() + ": it exists and is not a folder";
-  if (!llvm::sys::fs::is_directory(parent))
-    return "--save " + dir.str() + ": the folder " + parent.str() + " does not exist";
-  if (llvm::sys::fs::access(parent, llvm::sys::fs::AccessMode::Write))
-    return "--save " + dir.str() + ": the folder " + parent.str() + " is not writable";
+  // The folders missing on the way are created by the save.
+  llvm::StringRef existing = llvm::sys::path::parent_path(absolute);
+  while (!existing.empty() && !llvm::sys::fs::exists(existing))
+    existing = llvm::sys::path::parent_path(existing);
+  if (!llvm::sys::fs::is_directory(existing))
+    return "--save " + dir.str() + ": " + existing.str() + " is not a folder";
+  if (llvm::sys::fs::access(existing, llvm::sys::fs::AccessMode::Write))
+    return "--save " + dir.str() + ": the folder " + existing.str() + " is not writable";
   return "";
 }
 

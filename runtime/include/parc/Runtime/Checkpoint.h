@@ -40,8 +40,8 @@ struct CheckpointState {
   std::vector<double> losses, gradNorms; // per completed step, for the summary
 };
 
-/// Empty when a checkpoint can be saved to `dir` (its parent folder exists and is writable);
-/// otherwise why not, for a usage error before any step runs.
+/// Empty when a checkpoint can be saved to `dir` (the nearest folder on its path that exists is
+/// writable; the rest is created); otherwise why not, for a usage error before any step runs.
 std::string checkSaveLocation(llvm::StringRef dir);
 
 template <typename D>
