@@ -50,8 +50,12 @@ std::string writeFile(llvm::StringRef path, llvm::function_ref<void(llvm::raw_os
     return "cannot write " + path.str() + ": " + error.message();
   body(os);
   os.close();
-  if (os.has_error())
-    return "cannot write " + path.str() + ": " + os.error().message();
+  if (os.has_error()) {
+    std::error_code error = os.error();
+    // Left set, the stream's destructor would end the process with LLVM's fatal error.
+    os.clear_error();
+    return "cannot write " + path.str() + ": " + error.message();
+  }
   return "";
 }
 
@@ -120,7 +124,7 @@ llvm::json::Value finiteOrNull(double value) {
   return std::isfinite(value) ? llvm::json::Value(value) : llvm::json::Value(nullptr);
 }
 
-std::string manifestText(const plan::RankPlan &plan, llvm::StringRef precision,
+std::string manifestText(const plan::RankPlan &plan, const CheckpointRun &run,
                          const CheckpointState &state) {
   llvm::json::Array losses, norms;
   for (double loss : state.losses)
@@ -131,10 +135,12 @@ std::string manifestText(const plan::RankPlan &plan, llvm::StringRef precision,
       {"format", ManifestFormat},
       {"plan_id", plan.planId},
       {"world", plan.world},
-      {"precision", precision},
+      {"precision", run.precision},
+      {"data", run.data},
       {"step", state.step},
       {"updates", state.updates},
-      {"loss_scale", llvm::json::Object{{"scale", state.lossScale.scale},
+      {"loss_scale", llvm::json::Object{{"options", run.lossScale.flags()},
+                                        {"scale", state.lossScale.scale},
                                         {"finite_in_a_row", state.lossScale.finiteInARow},
                                         {"overflows_left", state.lossScale.overflowsLeft}}},
       {"losses", std::move(losses)},
@@ -145,20 +151,37 @@ std::string manifestText(const plan::RankPlan &plan, llvm::StringRef precision,
   return text;
 }
 
-/// Replaces `dir` by the complete `partial`: the old checkpoint goes only once the new one
-/// is in place.
+/// Replaces `dir` by the complete `partial`. The previous checkpoint waits at DIR.old until
+/// the new one is in place; a DIR.old left by an interrupted save (and no DIR) is kept until
+/// then too.
 std::string publish(llvm::StringRef partial, llvm::StringRef dir) {
   std::string old = dir.str() + ".old";
-  llvm::sys::fs::remove_directories(old);
-  bool hadOld = llvm::sys::fs::exists(dir);
-  if (hadOld)
+  if (llvm::sys::fs::exists(dir)) {
+    llvm::sys::fs::remove_directories(old);
     if (std::error_code error = llvm::sys::fs::rename(dir, old))
       return "cannot move the previous checkpoint " + dir.str() + " aside: " + error.message();
+  }
   if (std::error_code error = llvm::sys::fs::rename(partial, dir))
     return "cannot rename " + partial.str() + " to " + dir.str() + ": " + error.message();
-  if (hadOld)
-    llvm::sys::fs::remove_directories(old);
+  llvm::sys::fs::remove_directories(old);
   return "";
+}
+
+/// Whether `path` is a folder parrun may replace or remove: missing, empty, or holding only a
+/// checkpoint's files.
+bool replaceable(llvm::StringRef path) {
+  if (!llvm::sys::fs::exists(path))
+    return true;
+  if (!llvm::sys::fs::is_directory(path))
+    return false;
+  std::error_code error;
+  for (llvm::sys::fs::directory_iterator entry(path, error), end; entry != end && !error;
+       entry.increment(error)) {
+    llvm::StringRef name = llvm::sys::path::filename(entry->path());
+    if (name != "manifest.json" && !(name.startswith("rank-") && name.endswith(".ckpt")))
+      return false;
+  }
+  return !error;
 }
 
 /// A JSON member, or a located complaint.
@@ -217,9 +240,14 @@ std::unique_ptr<llvm::MemoryBuffer> readFile(const std::string &path) {
   return std::move(*file);
 }
 
-CheckpointState readManifest(const plan::RankPlan &plan, llvm::StringRef precision,
+CheckpointState readManifest(const plan::RankPlan &plan, const CheckpointRun &run,
                              llvm::StringRef dir) {
   std::string path = join(dir, "manifest.json");
+  std::string old = dir.str() + ".old";
+  if (!llvm::sys::fs::exists(path) && llvm::sys::fs::exists(join(old, "manifest.json")))
+    throw std::runtime_error(path + " is missing, and " + old +
+                             " holds the checkpoint before an interrupted save: resume from " +
+                             old);
   std::unique_ptr<llvm::MemoryBuffer> file = readFile(path);
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(file->getBuffer());
   if (!parsed)
@@ -237,15 +265,27 @@ CheckpointState readManifest(const plan::RankPlan &plan, llvm::StringRef precisi
   if (manifest.integer("world") != plan.world)
     manifest.fail("saved by " + llvm::Twine(manifest.integer("world")) + " ranks, not " +
                   llvm::Twine(plan.world));
-  if (manifest.string("precision") != precision)
+  if (manifest.string("precision") != run.precision)
     manifest.fail("saved in " + manifest.string("precision") +
                   "; resume with --precision=" + manifest.string("precision"));
+  if (manifest.string("data") != run.data)
+    manifest.fail("saved training on " + manifest.string("data") + ", not " + run.data +
+                  "; resume with the same --data");
+  Reader scale = manifest.object_("loss_scale");
+  if (scale.string("options") != run.lossScale.flags())
+    manifest.fail("saved with " + scale.string("options") + "; resume with the same");
   CheckpointState state;
   state.step = manifest.integer("step");
   state.updates = manifest.integer("updates");
-  Reader scale = manifest.object_("loss_scale");
   state.lossScale = {scale.number("scale"), scale.integer("finite_in_a_row"),
                      scale.integer("overflows_left")};
+  const LossScaler::State &s = state.lossScale;
+  if (!(s.scale > 0 && std::isfinite(s.scale)) || s.finiteInARow < 0 || s.overflowsLeft < 0 ||
+      (run.lossScale.mode == LossScaleOptions::Mode::Dynamic &&
+       (s.scale < run.lossScale.min || s.finiteInARow >= run.lossScale.window ||
+        s.overflowsLeft > run.lossScale.hysteresis)))
+    manifest.fail("holds a loss scaler state that these settings cannot reach (scale " +
+                  formatLossScale(s.scale) + ")");
   state.losses = manifest.numbers("losses");
   state.gradNorms = manifest.numbers("grad_norms");
   if (state.step < 0 || state.updates < 0 || state.updates > state.step ||
@@ -347,12 +387,19 @@ std::string checkSaveLocation(llvm::StringRef dir) {
     return "--save " + dir.str() + ": " + existing.str() + " is not a folder";
   if (llvm::sys::fs::access(existing, llvm::sys::fs::AccessMode::Write))
     return "--save " + dir.str() + ": the folder " + existing.str() + " is not writable";
+  // A save replaces these; anything there that is not a checkpoint is the user's.
+  for (std::string path :
+       {std::string(absolute), absolute.str().str() + ".partial", absolute.str().str() + ".old"})
+    if (!replaceable(path))
+      return "--save " + dir.str() + ": " + path +
+             " holds files that are not a parrun checkpoint, which saving would remove; choose "
+             "another folder";
   return "";
 }
 
 template <typename D>
 void saveCheckpoint(Communicator &comm, ParamStore<D> &params, const plan::RankPlan &plan,
-                    llvm::StringRef precision, const CheckpointState &state, llvm::StringRef dir) {
+                    const CheckpointRun &run, const CheckpointState &state, llvm::StringRef dir) {
   std::string what = "--save " + dir.str();
   std::string partial = dir.str() + ".partial";
   std::string failure;
@@ -365,7 +412,7 @@ void saveCheckpoint(Communicator &comm, ParamStore<D> &params, const plan::RankP
   failure = writeRankFile(params, plan, join(partial, rankFileName(plan.rank)));
   agreeOnFailure(comm, failure, what);
   if (plan.rank == 0) {
-    std::string text = manifestText(plan, precision, state);
+    std::string text = manifestText(plan, run, state);
     failure = writeFile(join(partial, "manifest.json"), [&](llvm::raw_ostream &os) { os << text; });
     if (failure.empty())
       failure = publish(partial, dir);
@@ -375,12 +422,12 @@ void saveCheckpoint(Communicator &comm, ParamStore<D> &params, const plan::RankP
 
 template <typename D>
 CheckpointState loadCheckpoint(Communicator &comm, ParamStore<D> &params,
-                               const plan::RankPlan &plan, llvm::StringRef precision,
+                               const plan::RankPlan &plan, const CheckpointRun &run,
                                llvm::StringRef dir) {
   CheckpointState state;
   std::string failure;
   try {
-    state = readManifest(plan, precision, dir);
+    state = readManifest(plan, run, dir);
     readRankFile(params, plan, join(dir, rankFileName(plan.rank)));
   } catch (const std::runtime_error &error) {
     failure = error.what();
@@ -391,9 +438,9 @@ CheckpointState loadCheckpoint(Communicator &comm, ParamStore<D> &params,
 
 #define INSTANTIATE(D)                                                                             \
   template void saveCheckpoint(Communicator &, ParamStore<D> &, const plan::RankPlan &,            \
-                               llvm::StringRef, const CheckpointState &, llvm::StringRef);         \
+                               const CheckpointRun &, const CheckpointState &, llvm::StringRef);   \
   template CheckpointState loadCheckpoint(Communicator &, ParamStore<D> &, const plan::RankPlan &, \
-                                          llvm::StringRef, llvm::StringRef);
+                                          const CheckpointRun &, llvm::StringRef);
 PARC_FOR_EACH_DEVICE(INSTANTIATE)
 #undef INSTANTIATE
 

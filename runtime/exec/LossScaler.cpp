@@ -47,6 +47,21 @@ std::string LossScaleOptions::describe() const {
   return "";
 }
 
+std::string LossScaleOptions::flags() const {
+  switch (mode) {
+  case Mode::None:
+    return "--loss-scale=none";
+  case Mode::Static:
+    return "--loss-scale=" + formatLossScale(initial);
+  case Mode::Dynamic:
+    return "--loss-scale=dynamic --initial-loss-scale=" + formatLossScale(initial) +
+           " --min-loss-scale=" + formatLossScale(min) +
+           " --loss-scale-window=" + std::to_string(window) +
+           " --loss-scale-hysteresis=" + std::to_string(hysteresis);
+  }
+  return "";
+}
+
 LossScaler::LossScaler(const LossScaleOptions &options)
     : options(options), current(enabled() ? options.initial : 1.0),
       overflowsLeft(options.hysteresis) {}

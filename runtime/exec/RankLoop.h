@@ -53,9 +53,16 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
   double tokensPerStep = double(plan.parallel.globalBatch * plan.model.seq);
   RankSummary summary;
   int64_t firstStep = 0;
+  CheckpointRun checkpointRun{spelling(options.precision).str(), job.data.describe(),
+                              options.lossScale};
   if (!options.resumeDir.empty()) {
-    CheckpointState resumed =
-        loadCheckpoint(comm, params, plan, spelling(options.precision), options.resumeDir);
+    CheckpointState resumed = loadCheckpoint(comm, params, plan, checkpointRun, options.resumeDir);
+    // Every rank read the same manifest, so every rank stops here alike.
+    if (resumed.step > steps)
+      throw AgreedError("--resume " + options.resumeDir + " is after step " +
+                        std::to_string(resumed.step) + ", beyond this run's " +
+                        std::to_string(steps) + (steps == 1 ? " step" : " steps") +
+                        "; give --steps " + std::to_string(resumed.step) + " or more");
     runner.restore(resumed.updates, resumed.lossScale);
     summary.losses = resumed.losses;
     summary.gradNorms = resumed.gradNorms;
@@ -92,7 +99,7 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
         !options.saveDir.empty() &&
         (step + 1 == steps || (options.saveEvery > 0 && (step + 1) % options.saveEvery == 0));
     if (save) {
-      saveCheckpoint(comm, params, plan, spelling(options.precision),
+      saveCheckpoint(comm, params, plan, checkpointRun,
                      {step + 1, runner.updatesApplied(), runner.lossScaleState(), summary.losses,
                       summary.gradNorms},
                      options.saveDir);

@@ -235,9 +235,13 @@ void dumpWeights(Communicator &comm, ParamStore<D> &params, const plan::RankPlan
   });
   file << "\n";
   file.close();
-  if (file.has_error())
+  if (file.has_error()) {
+    std::error_code error = file.error();
+    // Left set, the stream's destructor would end the process with LLVM's fatal error.
+    file.clear_error();
     throw std::runtime_error("cannot write --dump-weights file '" + path.str() +
-                             "': " + file.error().message());
+                             "': " + error.message());
+  }
 }
 
 #define PARC_INSTANTIATE(D)                                                                        \

@@ -20,6 +20,7 @@
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -153,10 +154,6 @@ int main(int argc, char **argv) {
     return usage("--grad-bucket-mb must be between 0 and 1048576");
   if (saveEvery.getNumOccurrences() && (saveEvery < 1 || saveDir.empty()))
     return usage("--save-every needs --save DIR and a K of 1 or more");
-  // Found now, not after the steps it was to keep.
-  if (!saveDir.empty())
-    if (std::string problem = parc::runtime::checkSaveLocation(saveDir); !problem.empty())
-      return usage(problem);
 
   parc::runtime::RunOptions options;
   options.planDir = planDir;
@@ -171,9 +168,16 @@ int main(int argc, char **argv) {
   options.gradBucketBytes = int64_t(gradBucketMB * double(1 << 20));
   options.flashAttention = attention == AttentionChoice::Flash;
   options.fuseElementwise = fuseElementwise;
-  options.saveDir = saveDir;
+  // "ckpt/" from tab completion names the folder ckpt; its siblings ckpt.partial and ckpt.old
+  // must not land inside it.
+  auto folder = [](StringRef path) {
+    while (path.size() > 1 && sys::path::is_separator(path.back()))
+      path = path.drop_back();
+    return path.str();
+  };
+  options.saveDir = folder(saveDir);
   options.saveEvery = saveEvery;
-  options.resumeDir = resumeDir;
+  options.resumeDir = folder(resumeDir);
 
   using LossScaleMode = parc::runtime::LossScaleOptions::Mode;
   parc::runtime::LossScaleOptions &scaling = options.lossScale;
@@ -200,6 +204,11 @@ int main(int argc, char **argv) {
         return usage("--" + option->ArgStr + " sets the dynamic loss scale; add " +
                      "--loss-scale=dynamic");
   }
+
+  // Found now, not after the steps it was to keep.
+  if (!options.saveDir.empty())
+    if (std::string problem = parc::runtime::checkSaveLocation(options.saveDir); !problem.empty())
+      return usage(problem);
 
   using parc::runtime::CommKind;
   CommKind comm = commChoice == CommChoice::NCCL    ? CommKind::NCCL

@@ -14,8 +14,10 @@
 // saved would have gone on. It resumes only the plans it was saved from (the plan id, world
 // size and precision must match), as a Megatron-LM checkpoint needs the same tp and pp.
 //
-// Saving writes DIR.partial first and renames it to DIR once every rank's file and the
-// manifest are complete, so an interrupted save leaves the previous checkpoint whole. Every
+// Saving writes DIR.partial first; once every rank's file and the manifest are complete, the
+// previous checkpoint moves to DIR.old, DIR.partial becomes DIR and DIR.old goes. A save
+// interrupted in between leaves the previous checkpoint at DIR.old, which --resume DIR names.
+// Only folders that hold a checkpoint (or nothing) are ever replaced or removed. Every
 // rank must call both functions (they communicate); a failure on any rank throws AgreedError
 // on all of them. DIR must be visible to every rank (one file system, as for Megatron's).
 //
@@ -32,6 +34,14 @@
 
 namespace parc::runtime {
 
+/// What besides the plans a resumed run must share with the run that saved: the element type,
+/// the data and the loss-scale settings.
+struct CheckpointRun {
+  std::string precision; // "fp32", "bf16", ...
+  std::string data;      // TokenStream::describe()
+  LossScaleOptions lossScale;
+};
+
 /// What a checkpoint keeps besides the ranks' buffers.
 struct CheckpointState {
   int64_t step = 0;    // steps completed
@@ -46,12 +56,12 @@ std::string checkSaveLocation(llvm::StringRef dir);
 
 template <typename D>
 void saveCheckpoint(Communicator &comm, ParamStore<D> &params, const plan::RankPlan &plan,
-                    llvm::StringRef precision, const CheckpointState &state, llvm::StringRef dir);
+                    const CheckpointRun &run, const CheckpointState &state, llvm::StringRef dir);
 
 /// Fills `params` (initialised for `plan`) from DIR and returns the rest of the state.
 template <typename D>
 CheckpointState loadCheckpoint(Communicator &comm, ParamStore<D> &params,
-                               const plan::RankPlan &plan, llvm::StringRef precision,
+                               const plan::RankPlan &plan, const CheckpointRun &run,
                                llvm::StringRef dir);
 
 } // namespace parc::runtime

@@ -37,6 +37,8 @@ struct LossScaleOptions {
   std::string validate() const;
   /// "dynamic loss scale from 65536" / "loss scale 1024" / "".
   std::string describe() const;
+  /// The parrun options that give these settings, all of them.
+  std::string flags() const;
 };
 
 /// "65536", "1e+40": exact for the scales a dynamic scaler reaches from a power of two.
