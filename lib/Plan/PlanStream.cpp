@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "parc/Plan/PlanStream.h"
+#include "parc/Support/FileOutput.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/Support/FileSystem.h"
@@ -448,21 +449,13 @@ llvm::Error streamRankPlanToFile(llvm::StringRef path, const RankPlan &plan, JSO
   thread_local std::string text;
   text.clear();
   appendRankPlan(text, plan, layout);
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Text);
-  if (ec)
-    return llvm::createStringError(ec, "%s: cannot open for writing: %s", path.str().c_str(),
-                                   ec.message().c_str());
-  os.SetUnbuffered();
-  os << text;
-  os.close();
-  if (os.has_error()) {
-    std::error_code writeError = os.error();
-    os.clear_error();
-    return llvm::createStringError(writeError, "%s: cannot write: %s", path.str().c_str(),
-                                   writeError.message().c_str());
-  }
-  return llvm::Error::success();
+  return writeFile(
+      path,
+      [&](llvm::raw_ostream &os) {
+        os.SetUnbuffered();
+        os << text;
+      },
+      llvm::sys::fs::OF_Text);
 }
 
 } // namespace parc

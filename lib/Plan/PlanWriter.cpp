@@ -1,6 +1,7 @@
 //===- PlanWriter.cpp - Plans to JSON, canonical text and plan id ---------===//
 
 #include "parc/Plan/PlanJSON.h"
+#include "parc/Support/FileOutput.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
@@ -39,8 +40,10 @@ json::Array groupList(llvm::ArrayRef<Group> groups) {
 }
 
 json::Object predictedMemoryJSON(const PredictedMemory &m) {
-  return json::Object{{"weights", m.weights},         {"grads", m.grads},
-                      {"optimizer", m.optimizer},     {"activations", m.activations},
+  return json::Object{{"weights", m.weights},
+                      {"grads", m.grads},
+                      {"optimizer", m.optimizer},
+                      {"activations", m.activations},
                       {"reserve", m.reserve}};
 }
 
@@ -222,20 +225,9 @@ json::Object rankPlanObject(const RankPlan &plan) {
 }
 
 llvm::Error writeJSONFile(StringRef path, const json::Value &value) {
-  std::error_code ec;
-  llvm::raw_fd_ostream os(path, ec, llvm::sys::fs::OF_Text);
-  if (ec)
-    return llvm::createStringError(ec, "%s: cannot open for writing: %s", path.str().c_str(),
-                                   ec.message().c_str());
-  os << llvm::formatv("{0:2}", value) << "\n";
-  os.close();
-  if (os.has_error()) {
-    std::error_code writeError = os.error();
-    os.clear_error();
-    return llvm::createStringError(writeError, "%s: cannot write: %s", path.str().c_str(),
-                                   writeError.message().c_str());
-  }
-  return llvm::Error::success();
+  return writeFile(
+      path, [&](llvm::raw_ostream &os) { os << llvm::formatv("{0:2}", value) << "\n"; },
+      llvm::sys::fs::OF_Text);
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 #include "parc/Runtime/WeightDump.h"
 
 #include "Devices.h"
+#include "parc/Support/FileOutput.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -191,57 +192,49 @@ void dumpWeights(Communicator &comm, ParamStore<D> &params, const plan::RankPlan
         throw std::runtime_error("--dump-weights: element " + std::to_string(i) + " of '" + name +
                                  "' is in no rank's shard");
 
-  std::error_code error;
-  llvm::raw_fd_ostream file(path, error, llvm::sys::fs::OF_None);
-  if (error)
-    throw std::runtime_error("cannot write --dump-weights file '" + path.str() +
-                             "': " + error.message());
-  llvm::json::OStream json(file);
-  json.object([&] {
-    json.attribute("format", "parrun-weights/1");
-    json.attribute("plan_id", plan.planId);
-    json.attribute("precision", precision);
-    json.attribute("steps", int64_t(summary.losses.size()));
-    json.attributeArray("losses", [&] {
-      for (double loss : summary.losses)
-        json.value(loss);
-    });
-    // JSON has no nan or inf: a skipped step's norm (LossScaler.h) is null.
-    json.attributeArray("grad_norms", [&] {
-      for (double norm : summary.gradNorms)
-        if (std::isfinite(norm))
-          json.value(norm);
-        else
-          json.value(nullptr);
-    });
-    double replicaDifference = 0;
-    for (const auto &entry : tensors)
-      replicaDifference = std::max(replicaDifference, entry.second.maxReplicaDifference);
-    json.attribute("max_replica_difference", replicaDifference);
-    json.attributeObject("params", [&] {
-      for (const auto &[name, whole] : tensors) {
-        json.attributeObject(name, [&] {
-          json.attributeArray("shape", [&] {
-            for (int64_t dim : whole.shape)
-              json.value(dim);
+  llvm::Error written = writeFile(path, [&](llvm::raw_ostream &file) {
+    llvm::json::OStream json(file);
+    json.object([&] {
+      json.attribute("format", "parrun-weights/1");
+      json.attribute("plan_id", plan.planId);
+      json.attribute("precision", precision);
+      json.attribute("steps", int64_t(summary.losses.size()));
+      json.attributeArray("losses", [&] {
+        for (double loss : summary.losses)
+          json.value(loss);
+      });
+      // JSON has no nan or inf: a skipped step's norm (LossScaler.h) is null.
+      json.attributeArray("grad_norms", [&] {
+        for (double norm : summary.gradNorms)
+          if (std::isfinite(norm))
+            json.value(norm);
+          else
+            json.value(nullptr);
+      });
+      double replicaDifference = 0;
+      for (const auto &entry : tensors)
+        replicaDifference = std::max(replicaDifference, entry.second.maxReplicaDifference);
+      json.attribute("max_replica_difference", replicaDifference);
+      json.attributeObject("params", [&] {
+        for (const auto &[name, whole] : tensors) {
+          json.attributeObject(name, [&] {
+            json.attributeArray("shape", [&] {
+              for (int64_t dim : whole.shape)
+                json.value(dim);
+            });
+            json.attributeArray("data", [&] {
+              for (double value : whole.values)
+                json.value(value);
+            });
           });
-          json.attributeArray("data", [&] {
-            for (double value : whole.values)
-              json.value(value);
-          });
-        });
-      }
+        }
+      });
     });
+    file << "\n";
   });
-  file << "\n";
-  file.close();
-  if (file.has_error()) {
-    std::error_code error = file.error();
-    // Left set, the stream's destructor would end the process with LLVM's fatal error.
-    file.clear_error();
+  if (written)
     throw std::runtime_error("cannot write --dump-weights file '" + path.str() +
-                             "': " + error.message());
-  }
+                             "': " + llvm::errorToErrorCode(std::move(written)).message());
 }
 
 #define PARC_INSTANTIATE(D)                                                                        \

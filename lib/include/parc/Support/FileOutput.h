@@ -1,0 +1,26 @@
+//===- FileOutput.h - Writing a file, its errors returned -----------------===//
+//
+// raw_fd_ostream keeps a write error (a full disk) to itself and, left set, ends the process
+// with LLVM's fatal error when it is destroyed. writeFile opens, writes, closes and returns
+// the error instead, so that every writer of the project reports it the same located way.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_SUPPORT_FILEOUTPUT_H
+#define PARC_SUPPORT_FILEOUTPUT_H
+
+#include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace parc {
+
+/// Creates or truncates `path` and lets `write` fill it. The error, carrying the system's
+/// error code, says "PATH: cannot open for writing: ..." or "PATH: cannot write: ...".
+llvm::Error writeFile(llvm::StringRef path, llvm::function_ref<void(llvm::raw_ostream &)> write,
+                      llvm::sys::fs::OpenFlags flags = llvm::sys::fs::OF_None);
+
+} // namespace parc
+
+#endif
