@@ -1,6 +1,6 @@
 //===- JSONReader.cpp - Field-by-field JSON reading with located errors ---===//
 
-#include "JSONReader.h"
+#include "parc/Plan/JSONReader.h"
 
 #include "llvm/ADT/STLExtras.h"
 

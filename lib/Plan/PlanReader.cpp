@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "JSONReader.h"
+#include "parc/Plan/JSONReader.h"
 #include "parc/Plan/PlanJSON.h"
 
 #include "llvm/Support/MemoryBuffer.h"

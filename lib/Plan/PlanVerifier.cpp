@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "JSONReader.h"
+#include "parc/Plan/JSONReader.h"
 #include "PlanVerifierInternal.h"
 #include "parc/Plan/PlanJSON.h"
 #include "parc/Support/CheckedInt.h"

@@ -7,7 +7,7 @@
 #ifndef PARC_LIB_PLAN_PLANVERIFIERINTERNAL_H
 #define PARC_LIB_PLAN_PLANVERIFIERINTERNAL_H
 
-#include "JSONReader.h"
+#include "parc/Plan/JSONReader.h"
 #include "parc/Plan/Plan.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"

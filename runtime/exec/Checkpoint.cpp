@@ -3,7 +3,9 @@
 #include "parc/Runtime/Checkpoint.h"
 
 #include "Devices.h"
+#include "parc/Plan/JSONReader.h"
 #include "parc/Runtime/Executor.h"
+#include "parc/Support/FileOutput.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FileSystem.h"
@@ -43,19 +45,11 @@ void agreeOnFailure(Communicator &comm, const std::string &mine, llvm::StringRef
       throw AgreedError(what.str() + ": " + failure);
 }
 
-std::string writeFile(llvm::StringRef path, llvm::function_ref<void(llvm::raw_ostream &)> body) {
-  std::error_code error;
-  llvm::raw_fd_ostream os(path, error, llvm::sys::fs::OF_None);
-  if (error)
-    return "cannot write " + path.str() + ": " + error.message();
-  body(os);
-  os.close();
-  if (os.has_error()) {
-    std::error_code error = os.error();
-    // Left set, the stream's destructor would end the process with LLVM's fatal error.
-    os.clear_error();
-    return "cannot write " + path.str() + ": " + error.message();
-  }
+/// writeFile's error as text, empty when there is none (agreeOnFailure's currency).
+std::string writeFileOrFailure(llvm::StringRef path,
+                               llvm::function_ref<void(llvm::raw_ostream &)> write) {
+  if (llvm::Error error = writeFile(path, write))
+    return llvm::toString(std::move(error));
   return "";
 }
 
@@ -109,7 +103,7 @@ std::string writeRankFile(ParamStore<D> &params, const plan::RankPlan &plan, llv
                             {"state_bytes", int64_t(sizeof(typename D::OptState))},
                             {"sections", std::move(described)}};
   D &dev = params.device();
-  return writeFile(path, [&](llvm::raw_ostream &os) {
+  return writeFileOrFailure(path, [&](llvm::raw_ostream &os) {
     os << llvm::json::Value(std::move(header)) << "\n";
     std::vector<char> host;
     for (const Section &section : sections) {
@@ -184,52 +178,72 @@ bool replaceable(llvm::StringRef path) {
   return !error;
 }
 
-/// A JSON member, or a located complaint.
-struct Reader {
-  const llvm::json::Object &object;
-  std::string file;
+using plan::detail::ObjectReader;
+
+/// One JSON document of a checkpoint, read field by field with the plan readers' ObjectReader:
+/// a field that is missing or of the wrong type is thrown at once, named by its path.
+class DocumentReader {
+public:
+  DocumentReader(std::string file, llvm::StringRef document)
+      : file(std::move(file)), ctx(document) {}
 
   [[noreturn]] void fail(const llvm::Twine &message) const {
     throw std::runtime_error(file + ": " + message.str());
   }
-  int64_t integer(llvm::StringRef key) const {
-    if (auto value = object.getInteger(key))
-      return *value;
-    fail("'" + key + "' is missing or not an integer");
+  void check() const {
+    if (ctx.failed())
+      fail(llvm::toString(ctx.takeError()));
   }
-  double number(llvm::StringRef key) const {
-    if (auto value = object.getNumber(key))
-      return *value;
-    fail("'" + key + "' is missing or not a number");
+  ObjectReader object(const llvm::json::Value &value, std::string path = "") {
+    ObjectReader reader(ctx, value, std::move(path));
+    check();
+    return reader;
   }
-  std::string string(llvm::StringRef key) const {
-    if (auto value = object.getString(key))
-      return value->str();
-    fail("'" + key + "' is missing or not a string");
+  ObjectReader object(ObjectReader &parent, llvm::StringRef key) {
+    const llvm::json::Value *value = parent.get(key);
+    check();
+    return object(*value, parent.pathOf(key));
   }
-  const llvm::json::Array &array(llvm::StringRef key) const {
-    if (const llvm::json::Array *value = object.getArray(key))
-      return *value;
-    fail("'" + key + "' is missing or not an array");
+  template <typename V> V get(ObjectReader &reader, llvm::StringRef key) {
+    V value{};
+    reader.read(key, value);
+    check();
+    return value;
   }
-  Reader object_(llvm::StringRef key) const {
-    if (const llvm::json::Object *value = object.getObject(key))
-      return {*value, file};
-    fail("'" + key + "' is missing or not an object");
+  const llvm::json::Array &array(ObjectReader &reader, llvm::StringRef key) {
+    const llvm::json::Value *value = reader.get(key);
+    const llvm::json::Array *array =
+        value ? plan::detail::readArray(ctx, *value, reader.pathOf(key)) : nullptr;
+    check();
+    return *array;
   }
-  /// nan for null: the norms of skipped steps.
-  std::vector<double> numbers(llvm::StringRef key) const {
-    std::vector<double> values;
-    for (const llvm::json::Value &value : array(key)) {
-      if (value.kind() == llvm::json::Value::Null)
-        values.push_back(std::nan(""));
-      else if (auto number = value.getAsNumber())
-        values.push_back(*number);
-      else
-        fail("'" + key + "' holds something that is not a number");
-    }
-    return values;
+  /// Numbers, nan for null: the norms of skipped steps.
+  std::vector<double> numbersOrNull(ObjectReader &reader, llvm::StringRef key) {
+    const llvm::json::Array &values = array(reader, key);
+    std::vector<double> numbers(values.size(), std::nan(""));
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i].kind() != llvm::json::Value::Null)
+        plan::detail::readNumber(ctx, values[i], plan::detail::indexPath(reader.pathOf(key), i),
+                                 numbers[i]);
+    check();
+    return numbers;
   }
+  /// Rejects the keys of `reader` that were never read.
+  void finish(ObjectReader &reader) {
+    reader.finish();
+    check();
+  }
+  /// The JSON value of `text`, or a thrown complaint.
+  llvm::json::Value parse(llvm::StringRef text) const {
+    llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
+    if (!parsed)
+      fail("not JSON: " + llvm::toString(parsed.takeError()));
+    return std::move(*parsed);
+  }
+
+private:
+  std::string file;
+  plan::detail::ReadContext ctx;
 };
 
 std::unique_ptr<llvm::MemoryBuffer> readFile(const std::string &path) {
@@ -249,49 +263,49 @@ CheckpointState readManifest(const plan::RankPlan &plan, const CheckpointRun &ru
                              " holds the checkpoint before an interrupted save: resume from " +
                              old);
   std::unique_ptr<llvm::MemoryBuffer> file = readFile(path);
-  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(file->getBuffer());
-  if (!parsed)
-    throw std::runtime_error(path + ": not JSON: " + llvm::toString(parsed.takeError()));
-  const llvm::json::Object *object = parsed->getAsObject();
-  if (!object)
-    throw std::runtime_error(path + ": not a JSON object");
-  Reader manifest{*object, path};
-  if (manifest.string("format") != ManifestFormat)
-    manifest.fail("not a parrun checkpoint (format '" + manifest.string("format") + "', not '" +
-                  ManifestFormat + "')");
-  if (manifest.string("plan_id") != plan.planId)
-    manifest.fail("saved from plan " + manifest.string("plan_id") + ", but these plans are " +
-                  plan.planId + "; a checkpoint resumes only the plans it was saved from");
-  if (manifest.integer("world") != plan.world)
-    manifest.fail("saved by " + llvm::Twine(manifest.integer("world")) + " ranks, not " +
-                  llvm::Twine(plan.world));
-  if (manifest.string("precision") != run.precision)
-    manifest.fail("saved in " + manifest.string("precision") +
-                  "; resume with --precision=" + manifest.string("precision"));
-  if (manifest.string("data") != run.data)
-    manifest.fail("saved training on " + manifest.string("data") + ", not " + run.data +
-                  "; resume with the same --data");
-  Reader scale = manifest.object_("loss_scale");
-  if (scale.string("options") != run.lossScale.flags())
-    manifest.fail("saved with " + scale.string("options") + "; resume with the same");
+  DocumentReader doc(path, "checkpoint manifest");
+  llvm::json::Value parsed = doc.parse(file->getBuffer());
+  ObjectReader manifest = doc.object(parsed);
+  std::string format = doc.get<std::string>(manifest, "format");
+  if (format != ManifestFormat)
+    doc.fail("not a parrun checkpoint (format '" + format + "', not '" + ManifestFormat + "')");
+  std::string planId = doc.get<std::string>(manifest, "plan_id");
+  if (planId != plan.planId)
+    doc.fail("saved from plan " + planId + ", but these plans are " + plan.planId +
+             "; a checkpoint resumes only the plans it was saved from");
+  int64_t world = doc.get<int64_t>(manifest, "world");
+  if (world != plan.world)
+    doc.fail("saved by " + llvm::Twine(world) + " ranks, not " + llvm::Twine(plan.world));
+  std::string precision = doc.get<std::string>(manifest, "precision");
+  if (precision != run.precision)
+    doc.fail("saved in " + precision + "; resume with --precision=" + precision);
+  std::string data = doc.get<std::string>(manifest, "data");
+  if (data != run.data)
+    doc.fail("saved training on " + data + ", not " + run.data + "; resume with the same --data");
+  ObjectReader scale = doc.object(manifest, "loss_scale");
+  std::string options = doc.get<std::string>(scale, "options");
+  if (options != run.lossScale.flags())
+    doc.fail("saved with " + options + "; resume with the same");
   CheckpointState state;
-  state.step = manifest.integer("step");
-  state.updates = manifest.integer("updates");
-  state.lossScale = {scale.number("scale"), scale.integer("finite_in_a_row"),
-                     scale.integer("overflows_left")};
+  state.step = doc.get<int64_t>(manifest, "step");
+  state.updates = doc.get<int64_t>(manifest, "updates");
+  state.lossScale = {doc.get<double>(scale, "scale"), doc.get<int64_t>(scale, "finite_in_a_row"),
+                     doc.get<int64_t>(scale, "overflows_left")};
+  doc.finish(scale);
   const LossScaler::State &s = state.lossScale;
   if (!(s.scale > 0 && std::isfinite(s.scale)) || s.finiteInARow < 0 || s.overflowsLeft < 0 ||
       (run.lossScale.mode == LossScaleOptions::Mode::Dynamic &&
        (s.scale < run.lossScale.min || s.finiteInARow >= run.lossScale.window ||
         s.overflowsLeft > run.lossScale.hysteresis)))
-    manifest.fail("holds a loss scaler state that these settings cannot reach (scale " +
-                  formatLossScale(s.scale) + ")");
-  state.losses = manifest.numbers("losses");
-  state.gradNorms = manifest.numbers("grad_norms");
+    doc.fail("holds a loss scaler state that these settings cannot reach (scale " +
+             formatLossScale(s.scale) + ")");
+  state.losses = doc.numbersOrNull(manifest, "losses");
+  state.gradNorms = doc.numbersOrNull(manifest, "grad_norms");
+  doc.finish(manifest);
   if (state.step < 0 || state.updates < 0 || state.updates > state.step ||
       int64_t(state.losses.size()) != state.step || int64_t(state.gradNorms.size()) != state.step)
-    manifest.fail("inconsistent: step " + llvm::Twine(state.step) + ", updates " +
-                  llvm::Twine(state.updates) + ", " + llvm::Twine(state.losses.size()) + " losses");
+    doc.fail("inconsistent: step " + llvm::Twine(state.step) + ", updates " +
+             llvm::Twine(state.updates) + ", " + llvm::Twine(state.losses.size()) + " losses");
   return state;
 }
 
@@ -304,24 +318,21 @@ void readRankFile(ParamStore<D> &params, const plan::RankPlan &plan, const std::
   size_t newline = bytes.find('\n');
   if (newline == llvm::StringRef::npos)
     throw std::runtime_error(path + ": no header line");
-  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(bytes.take_front(newline));
-  if (!parsed)
-    throw std::runtime_error(path +
-                             ": the header is not JSON: " + llvm::toString(parsed.takeError()));
-  const llvm::json::Object *object = parsed->getAsObject();
-  if (!object)
-    throw std::runtime_error(path + ": the header is not a JSON object");
-  Reader header{*object, path};
-  if (header.string("format") != RankFormat)
-    header.fail("not a parrun checkpoint rank file");
-  if (header.integer("rank") != plan.rank || header.string("plan_id") != plan.planId)
-    header.fail("belongs to rank " + llvm::Twine(header.integer("rank")) + " of plan " +
-                header.string("plan_id") + ", not rank " + llvm::Twine(plan.rank) + " of " +
-                plan.planId);
-  if (header.integer("value_bytes") != int64_t(sizeof(T)) ||
-      header.integer("state_bytes") != int64_t(sizeof(OptState)))
-    header.fail("holds values of " + llvm::Twine(header.integer("value_bytes")) + " bytes, not " +
-                llvm::Twine(sizeof(T)));
+  DocumentReader doc(path, "checkpoint rank file header");
+  llvm::json::Value parsed = doc.parse(bytes.take_front(newline));
+  ObjectReader header = doc.object(parsed);
+  if (doc.get<std::string>(header, "format") != RankFormat)
+    doc.fail("not a parrun checkpoint rank file");
+  int64_t rank = doc.get<int64_t>(header, "rank");
+  std::string planId = doc.get<std::string>(header, "plan_id");
+  if (rank != plan.rank || planId != plan.planId)
+    doc.fail("belongs to rank " + llvm::Twine(rank) + " of plan " + planId + ", not rank " +
+             llvm::Twine(plan.rank) + " of " + plan.planId);
+  int64_t valueBytes = doc.get<int64_t>(header, "value_bytes");
+  if (valueBytes != int64_t(sizeof(T)) ||
+      doc.get<int64_t>(header, "state_bytes") != int64_t(sizeof(OptState)))
+    doc.fail("holds values of " + llvm::Twine(valueBytes) + " bytes, not " +
+             llvm::Twine(sizeof(T)));
 
   // Where each section may go, and how large it must be.
   std::map<std::pair<std::string, std::string>, Section> expected;
@@ -331,24 +342,26 @@ void readRankFile(ParamStore<D> &params, const plan::RankPlan &plan, const std::
   D &dev = params.device();
   size_t offset = newline + 1;
   std::map<std::pair<std::string, std::string>, bool> loaded;
-  for (const llvm::json::Value &value : header.array("sections")) {
-    const llvm::json::Object *described = value.getAsObject();
-    if (!described)
-      header.fail("a section is not a JSON object");
-    Reader section{*described, path};
-    std::pair<std::string, std::string> key{section.string("owner"), section.string("kind")};
-    int64_t size = section.integer("bytes");
+  const llvm::json::Array &sections = doc.array(header, "sections");
+  doc.finish(header);
+  for (size_t i = 0; i < sections.size(); ++i) {
+    ObjectReader section =
+        doc.object(sections[i], plan::detail::indexPath(header.pathOf("sections"), i));
+    std::pair<std::string, std::string> key{doc.get<std::string>(section, "owner"),
+                                            doc.get<std::string>(section, "kind")};
+    int64_t size = doc.get<int64_t>(section, "bytes");
+    doc.finish(section);
     auto slot = expected.find(key);
     if (slot == expected.end())
-      header.fail("has " + key.second + " of '" + key.first + "', which this rank does not hold");
+      doc.fail("has " + key.second + " of '" + key.first + "', which this rank does not hold");
     if (size != int64_t(slot->second.bytes))
-      header.fail(key.second + " of '" + key.first + "' is " + llvm::Twine(size) + " bytes, not " +
-                  llvm::Twine(slot->second.bytes));
+      doc.fail(key.second + " of '" + key.first + "' is " + llvm::Twine(size) + " bytes, not " +
+               llvm::Twine(slot->second.bytes));
     if (loaded[key])
-      header.fail("has " + key.second + " of '" + key.first + "' twice");
+      doc.fail("has " + key.second + " of '" + key.first + "' twice");
     if (offset + size_t(size) > bytes.size())
-      header.fail("is truncated: " + llvm::Twine(bytes.size()) + " bytes, " + key.second + " of '" +
-                  key.first + "' ends at " + llvm::Twine(offset + size_t(size)));
+      doc.fail("is truncated: " + llvm::Twine(bytes.size()) + " bytes, " + key.second + " of '" +
+               key.first + "' ends at " + llvm::Twine(offset + size_t(size)));
     void *target = slot->second.data;
     if (!target) {
       // Optimizer state exists from the first update on; a checkpoint taken after it has it.
@@ -365,10 +378,10 @@ void readRankFile(ParamStore<D> &params, const plan::RankPlan &plan, const std::
     loaded[key] = true;
   }
   if (offset != bytes.size())
-    header.fail("has " + llvm::Twine(bytes.size() - offset) + " bytes after its last section");
+    doc.fail("has " + llvm::Twine(bytes.size() - offset) + " bytes after its last section");
   for (const auto &[key, section] : expected)
     if ((key.second == "value" || key.second == "owned") && !loaded[key])
-      header.fail("has no " + key.second + " of '" + key.first + "'");
+      doc.fail("has no " + key.second + " of '" + key.first + "'");
 }
 
 } // namespace
@@ -413,7 +426,8 @@ void saveCheckpoint(Communicator &comm, ParamStore<D> &params, const plan::RankP
   agreeOnFailure(comm, failure, what);
   if (plan.rank == 0) {
     std::string text = manifestText(plan, run, state);
-    failure = writeFile(join(partial, "manifest.json"), [&](llvm::raw_ostream &os) { os << text; });
+    failure = writeFileOrFailure(join(partial, "manifest.json"),
+                                 [&](llvm::raw_ostream &os) { os << text; });
     if (failure.empty())
       failure = publish(partial, dir);
   }

@@ -1,13 +1,13 @@
 //===- JSONReader.h - Field-by-field JSON reading with located errors -----===//
 //
-// Internal to lib/Plan. The plan readers walk a json::Value and need, at every step, a clear
-// message naming the field when the value is not what the format says. ReadContext keeps the
+// The plan readers (and parrun's checkpoint reader) walk a json::Value and need, at every
+// step, a clear message naming the field when the value is not what the format says. ReadContext keeps the
 // first failure only: after it every read is a no-op that returns false, so reading code can
 // keep going without testing each step and the message still names the first bad field.
 //
 //===----------------------------------------------------------------------===//
-#ifndef PARC_LIB_PLAN_JSONREADER_H
-#define PARC_LIB_PLAN_JSONREADER_H
+#ifndef PARC_PLAN_JSONREADER_H
+#define PARC_PLAN_JSONREADER_H
 
 #include "parc/Plan/Plan.h"
 #include "parc/Support/NameSuggest.h"
