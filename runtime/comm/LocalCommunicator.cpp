@@ -201,8 +201,7 @@ private:
   template <typename Ready, typename Awaited, typename Describe>
   void wait(Lock &lock, Clock::time_point deadline, const std::string &what, Ready ready,
             Awaited awaited, Describe describe) {
-    auto awaitedRanks = [&] { return awaited(); };
-    state.blocked[myRank] = {Clock::now(), awaitedRanks};
+    state.blocked[myRank] = {Clock::now(), awaited};
     auto unblock = llvm::make_scope_exit([&] {
       state.blocked.erase(myRank);
       if (state.blamed == myRank)
