@@ -120,12 +120,15 @@ done
 ld_path=$work/lib:$bundle/lib$cuda_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 sysroot=$bundle/sysroot
 loader=$sysroot/ld-linux-x86-64.so.2
+# missing_version LDD_OUTPUT: the first symbol version ldd found missing ("GLIBC_2.36"), or
+# nothing. ldd fails on such a binary, so its output, not its status, tells.
+missing_version() {
+  sed -n "s/.*version \`\([^']*\)' not found.*/\1/p" <<<"$1" | head -1
+}
 if [[ $glibc == auto ]]; then
   glibc=system
   for binary in "$bundle"/bin/*; do
-    # ldd fails on such a binary: its exit status is not the test, its output is.
-    listing=$(LD_LIBRARY_PATH=$ld_path ldd "$binary" 2>&1)
-    too_old=$(sed -n "s/.*version \`\([^']*\)' not found.*/\1/p" <<<"$listing" | head -1)
+    too_old=$(missing_version "$(LD_LIBRARY_PATH=$ld_path ldd "$binary" 2>&1)")
     if [[ -n $too_old ]]; then
       note "glibc: the machine's is $(ldd --version 2>&1 | head -1 | awk '{ print $NF }'): $(basename "$binary") needs $too_old"
       glibc=bundled
@@ -167,6 +170,7 @@ fi
 #--- every binary resolves ----------------------------------------------------------------------
 unresolved=0
 for binary in "$bundle"/bin/*; do
+  listing=$(list_libs "$binary")
   while read -r name arrow path _; do
     [[ $arrow == "=>" ]] || continue
     if [[ $path == not ]]; then
@@ -182,10 +186,10 @@ for binary in "$bundle"/bin/*; do
       note "ldd: NOT BUNDLED: $(basename "$binary") takes $name from $path"
       ((dry_run)) && unresolved=1
     fi
-  done < <(list_libs "$binary")
-  listing=$(list_libs "$binary")
-  if missing=$(grep -m1 "version \`[^']*' not found" <<<"$listing"); then
-    note "ldd: $(basename "$binary"): $missing"
+  done <<<"$listing"
+  missing=$(missing_version "$listing")
+  if [[ -n $missing ]]; then
+    note "ldd: $(basename "$binary") needs $missing, which the C runtime it starts with lacks"
     unresolved=1
   fi
 done
