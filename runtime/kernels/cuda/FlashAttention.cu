@@ -205,6 +205,15 @@ __device__ __forceinline__ void loadTile(T *tile, const T *global, int64_t rowSt
   }
 }
 
+/// Starts copying key tile `tile` (Keys rows) of one kv head's K and V to their two tiles.
+template <int Keys, int D, typename T>
+__device__ __forceinline__ void loadKeyValueTile(T *tileK, T *tileV, const T *kHead, const T *vHead,
+                                                 int tile, const Geometry &geo) {
+  int64_t offset = int64_t(tile) * Keys * geo.kvRowStride;
+  loadTile<Keys, D>(tileK, kHead + offset, geo.kvRowStride);
+  loadTile<Keys, D>(tileV, vHead + offset, geo.kvRowStride);
+}
+
 /// Starts copying Count floats.
 template <int Count>
 __device__ __forceinline__ void loadFloats(float *shared, const float *global) {
@@ -278,9 +287,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   streamTiles(
       0, geo.keyTiles(block.query0, kKeys),
       [&](int tile, int buffer) {
-        int64_t offset = int64_t(tile) * kKeys * geo.kvRowStride;
-        loadTile<kKeys, D>(Shared::streamed(shared, buffer, 0), kHead + offset, geo.kvRowStride);
-        loadTile<kKeys, D>(Shared::streamed(shared, buffer, 1), vHead + offset, geo.kvRowStride);
+        loadKeyValueTile<kKeys, D>(Shared::streamed(shared, buffer, 0),
+                                   Shared::streamed(shared, buffer, 1), kHead, vHead, tile, geo);
       },
       [&](int tile, int buffer) {
         float s[kKeys / 8][4] = {};
@@ -326,9 +334,8 @@ __device__ __forceinline__ void streamKeyTiles(unsigned char *shared, const Geom
   streamTiles(
       0, geo.keyTiles(block.query0, kKeys),
       [&](int tile, int buffer) {
-        int64_t offset = int64_t(tile) * kKeys * geo.kvRowStride;
-        loadTile<kKeys, D>(Shared::streamed(shared, buffer, 0), kHead + offset, geo.kvRowStride);
-        loadTile<kKeys, D>(Shared::streamed(shared, buffer, 1), vHead + offset, geo.kvRowStride);
+        loadKeyValueTile<kKeys, D>(Shared::streamed(shared, buffer, 0),
+                                   Shared::streamed(shared, buffer, 1), kHead, vHead, tile, geo);
       },
       [&](int tile, int buffer) {
         const T *tileK = Shared::streamed(shared, buffer, 0);
