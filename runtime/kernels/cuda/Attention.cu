@@ -94,7 +94,7 @@ void probabilities(Blas &blas, const Layout &l, T *probs, float *scores, const T
 
 // The probabilities in T: the scores buffer itself when T is float.
 template <typename T> struct ProbBuffer {
-  Scratch<T> own;
+  StreamBuffer<T> own;
   T *data;
   ProbBuffer(float *scores, size_t count, cudaStream_t stream, const char *kernel)
       : own(std::is_same_v<T, float> ? 0 : count, stream, kernel),
@@ -112,7 +112,7 @@ void attentionForward(Blas &blas, T *y, const T *q, const T *k, const T *v, int6
   if (seq <= 0 || l.slices <= 0)
     return;
   size_t count = size_t(l.slices) * seq * seq;
-  Scratch<float> scores(count, blas.stream(), kernel);
+  StreamBuffer<float> scores(count, blas.stream(), kernel);
   ProbBuffer<T> probs(scores.get(), count, blas.stream(), kernel);
   for (int64_t g = 0; g < l.group; ++g) {
     probabilities(blas, l, probs.data, scores.get(), q, k, g, causal, kernel);
@@ -131,7 +131,7 @@ void attentionBackward(Blas &blas, T *dq, T *dk, T *dv, const T *q, const T *k, 
   if (seq <= 0 || l.slices <= 0)
     return;
   size_t count = size_t(l.slices) * seq * seq;
-  Scratch<float> scores(count, blas.stream(), kernel), dprobs(count, blas.stream(), kernel);
+  StreamBuffer<float> scores(count, blas.stream(), kernel), dprobs(count, blas.stream(), kernel);
   ProbBuffer<T> probs(scores.get(), count, blas.stream(), kernel);
   for (int64_t g = 0; g < l.group; ++g) {
     float accumulate = g == 0 ? 0.0f : 1.0f; // the first query head of a group overwrites

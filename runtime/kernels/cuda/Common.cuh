@@ -11,13 +11,13 @@
 
 #include "parc/Runtime/CudaCheck.h"
 #include "parc/Runtime/CudaKernels.h"
+#include "parc/Runtime/CudaStreamBuffer.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <exception>
 
 namespace parc::runtime::cuda::detail {
 
@@ -94,33 +94,6 @@ __device__ __forceinline__ V blockReduce(V value, Op op, V identity) {
   return warpReduce(lane < warps ? partial[lane] : identity, op);
 }
 
-/// A stream-ordered scratch buffer: allocated and freed on `stream`, so it costs no
-/// synchronisation and its memory returns to the pool once the stream's work is done.
-template <typename V> class Scratch {
-public:
-  Scratch(size_t count, cudaStream_t stream, const char *what) : stream(stream), what(what) {
-    if (count)
-      PARC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void **>(&data), count * sizeof(V), stream),
-                      what);
-  }
-  // Throws only when no other exception is on its way out, which would terminate.
-  ~Scratch() noexcept(false) {
-    if (!data)
-      return;
-    cudaError_t status = cudaFreeAsync(data, stream);
-    if (std::uncaught_exceptions() == 0)
-      PARC_CUDA_CHECK(status, what);
-  }
-  Scratch(const Scratch &) = delete;
-  Scratch &operator=(const Scratch &) = delete;
-  V *get() const { return data; }
-
-private:
-  V *data = nullptr;
-  cudaStream_t stream;
-  const char *what;
-};
-
 template <typename F> __global__ void forEachKernel(int64_t n, F f) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -181,7 +154,7 @@ void columnSumAdd(T *out, int64_t rows, int64_t dim, cudaStream_t stream, const 
   if (rows <= 0 || dim <= 0)
     return;
   int64_t chunks = columnSumChunks(rows), rowsPerChunk = (rows + chunks - 1) / chunks;
-  Scratch<float> partial(chunks * dim, stream, kernel);
+  StreamBuffer<float> partial(chunks * dim, stream, kernel);
   dim3 grid(static_cast<unsigned>((dim + kColumnTile - 1) / kColumnTile),
             static_cast<unsigned>(chunks));
   columnPartialKernel<<<grid, dim3(kColumnTile, kColumnRows), 0, stream>>>(partial.get(), rows, dim,

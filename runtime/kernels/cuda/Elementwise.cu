@@ -41,9 +41,8 @@ void copyIfDistinct(T *dst, const T *src, int64_t n, cudaStream_t stream, const 
 // dweight[ids[b,t] - offset, i] += dy[t,b,i], column i's tokens in (t, b) order
 /// Each token's row in this shard, numbering tokens k = t * batch + b; a token outside the
 /// shard gets localRows, which sorts after every row and is skipped.
-__global__ void embeddingRowsKernel(int32_t *rows, int32_t *tokens, const int64_t *ids,
-                                    int64_t seq, int64_t batch, int64_t vocabOffset,
-                                    int64_t localRows) {
+__global__ void embeddingRowsKernel(int32_t *rows, int32_t *tokens, const int64_t *ids, int64_t seq,
+                                    int64_t batch, int64_t vocabOffset, int64_t localRows) {
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < seq * batch;
        k += int64_t(gridDim.x) * blockDim.x) {
     int64_t t = k / batch, b = k % batch, row = ids[b * seq + t] - vocabOffset;
@@ -116,12 +115,12 @@ void embeddingBackward(T *dweight, const int64_t *ids, const T *dy, int64_t seq,
   if (n > std::numeric_limits<int32_t>::max() || localRows >= std::numeric_limits<int32_t>::max())
     throwCallFailed(kernel, "argument check", "more than 2^31 tokens or table rows", __FILE__,
                     __LINE__);
-  Scratch<int32_t> rows(size_t(n), stream, kernel), tokens(size_t(n), stream, kernel),
+  StreamBuffer<int32_t> rows(size_t(n), stream, kernel), tokens(size_t(n), stream, kernel),
       sortedRows(size_t(n), stream, kernel), sortedTokens(size_t(n), stream, kernel),
       runRows(size_t(n), stream, kernel), runLengths(size_t(n), stream, kernel),
       runStarts(size_t(n), stream, kernel), numRuns(1, stream, kernel);
   embeddingRowsKernel<<<blocksFor(n), kBlock, 0, stream>>>(rows.get(), tokens.get(), ids, seq,
-                                                          batch, vocabOffset, localRows);
+                                                           batch, vocabOffset, localRows);
   checkLaunch(kernel);
   // Lengths past the last run stay 0, so the scan over all n entries stays small.
   PARC_CUDA_CHECK(cudaMemsetAsync(runLengths.get(), 0, size_t(n) * sizeof(int32_t), stream),
@@ -136,29 +135,29 @@ void embeddingBackward(T *dweight, const int64_t *ids, const T *dy, int64_t seq,
                                                   endBit, stream),
                   kernel);
   PARC_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, encodeBytes, sortedRows.get(),
-                                                     runRows.get(), runLengths.get(),
-                                                     numRuns.get(), items, stream),
+                                                     runRows.get(), runLengths.get(), numRuns.get(),
+                                                     items, stream),
                   kernel);
   PARC_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scanBytes, runLengths.get(),
                                                 runStarts.get(), items, stream),
                   kernel);
   size_t tempBytes = std::max({sortBytes, encodeBytes, scanBytes, size_t(1)});
-  Scratch<unsigned char> temp(tempBytes, stream, kernel);
+  StreamBuffer<unsigned char> temp(tempBytes, stream, kernel);
   PARC_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.get(), sortBytes, rows.get(),
                                                   sortedRows.get(), tokens.get(),
                                                   sortedTokens.get(), items, 0, endBit, stream),
                   kernel);
   PARC_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(temp.get(), encodeBytes, sortedRows.get(),
-                                                     runRows.get(), runLengths.get(),
-                                                     numRuns.get(), items, stream),
+                                                     runRows.get(), runLengths.get(), numRuns.get(),
+                                                     items, stream),
                   kernel);
   PARC_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.get(), scanBytes, runLengths.get(),
                                                 runStarts.get(), items, stream),
                   kernel);
   dim3 grid(unsigned(n), unsigned((hidden + kBlock - 1) / kBlock));
   embeddingRunsKernel<<<grid, kBlock, 0, stream>>>(dweight, dy, sortedTokens.get(), runRows.get(),
-                                                   runLengths.get(), runStarts.get(),
-                                                   numRuns.get(), hidden, localRows);
+                                                   runLengths.get(), runStarts.get(), numRuns.get(),
+                                                   hidden, localRows);
   checkLaunch(kernel);
 }
 

@@ -539,7 +539,7 @@ void backward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *
               const Geometry &geo, cudaStream_t stream) {
   const char *name = "flashAttentionBackward";
   int64_t rows = geo.batch * geo.heads * geo.seq;
-  Scratch<float> stats(2 * size_t(rows), stream, "flashAttentionBackward row statistics");
+  StreamBuffer<float> stats(2 * size_t(rows), stream, "flashAttentionBackward row statistics");
   float *lse2 = stats.get(), *delta = stats.get() + rows;
   unsigned queryBlocks = unsigned(geo.batch * geo.heads);
   launch(flashRowStatsKernel<T, D>, queryBlocks, geo.seq, QueryGradShared<T, D>::kBytes, stream,

@@ -83,7 +83,7 @@ void foldBuffers(T *const *outputs, size_t numOutputs, const T *const *inputs, s
     return;
   bool max = op == FoldOp::Max;
   unsigned blocks = blocksFor(static_cast<int64_t>(std::min<size_t>(count, INT64_MAX)));
-  Scratch<A> carry(numInputs > kFanIn ? count : 0, stream, "foldBuffers");
+  StreamBuffer<A> carry(numInputs > kFanIn ? count : 0, stream, "foldBuffers");
   for (size_t begin = 0; begin < numInputs; begin += kFanIn) {
     FoldArgs<T> args{};
     args.numInputs = static_cast<int>(std::min(kFanIn, numInputs - begin));

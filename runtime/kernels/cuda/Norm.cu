@@ -104,7 +104,7 @@ void normBackward(T *dx, T *dweight, T *dbias, const T *x, const T *weight, cons
                   const char *kernel) {
   if (rows <= 0 || dim <= 0)
     return;
-  Scratch<RowStats> stats(rows, stream, kernel);
+  StreamBuffer<RowStats> stats(rows, stream, kernel);
   RowStats *rowStats = stats.get();
   normStatsKernel<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(
       rowStats, x, dim, static_cast<float>(eps), centered);

@@ -79,7 +79,7 @@ template <typename T> void squaredSum(double *sum, const T *x, int64_t n, cudaSt
   if (n <= 0)
     return;
   unsigned blocks = blocksFor(n);
-  Scratch<double> partial(blocks, stream, "squaredSum");
+  StreamBuffer<double> partial(blocks, stream, "squaredSum");
   squaredPartialKernel<<<blocks, kBlock, 0, stream>>>(partial.get(), x, n);
   checkLaunch("squaredSum");
   squaredFinishKernel<<<1, kBlock, 0, stream>>>(sum, partial.get(), blocks);

@@ -16,13 +16,13 @@
 
 #include "parc/Runtime/Buffer.h"
 #include "parc/Runtime/CudaCheck.h"
+#include "parc/Runtime/CudaStreamBuffer.h"
 
 #include <cuda_runtime_api.h>
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <functional>
 #include <string>
 
@@ -52,9 +52,7 @@ public:
   void setBeforeBlockingWait(std::function<void()> wait) { beforeBlockingWait = std::move(wait); }
 
 private:
-  cudaMemPool_t pool(MemoryCategory category) const {
-    return pools[static_cast<size_t>(category)];
-  }
+  cudaMemPool_t pool(MemoryCategory category) const { return pools[static_cast<size_t>(category)]; }
   /// Lets memory that the pools keep for reuse go back to the driver, for an allocation that
   /// did not fit: one category's peak may live where another's was.
   void releaseKeptMemory(const std::string &context);
@@ -69,36 +67,6 @@ private:
 };
 
 namespace cuda {
-
-/// A device array of `count` V from the device's default pool, allocated and freed on
-/// `stream`: it costs no synchronisation, and its memory is reused once the stream's work
-/// before the free is done.
-template <typename V> class StreamBuffer {
-public:
-  StreamBuffer(size_t count, cudaStream_t stream, const char *what)
-      : stream(stream), what(what) {
-    if (count)
-      PARC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void **>(&data), count * sizeof(V), stream),
-                      what);
-  }
-  // Throws only when no other exception is on its way out, which would terminate.
-  ~StreamBuffer() noexcept(false) {
-    if (!data)
-      return;
-    cudaError_t status = cudaFreeAsync(data, stream);
-    if (std::uncaught_exceptions() == 0)
-      PARC_CUDA_CHECK(status, what);
-  }
-  StreamBuffer(const StreamBuffer &) = delete;
-  StreamBuffer &operator=(const StreamBuffer &) = delete;
-
-  V *get() const { return data; }
-
-private:
-  V *data = nullptr;
-  cudaStream_t stream;
-  const char *what;
-};
 
 /// One page-locked host buffer, reused by every upload of a rank: acquire() waits until the
 /// previous upload's copy out of it completed (normally long ago), grows it if needed, and
