@@ -205,15 +205,6 @@ __device__ __forceinline__ void loadTile(T *tile, const T *global, int64_t rowSt
   }
 }
 
-/// Starts copying key tile `tile` (Keys rows) of one kv head's K and V to their two tiles.
-template <int Keys, int D, typename T>
-__device__ __forceinline__ void loadKeyValueTile(T *tileK, T *tileV, const T *kHead, const T *vHead,
-                                                 int tile, const Geometry &geo) {
-  int64_t offset = int64_t(tile) * Keys * geo.kvRowStride;
-  loadTile<Keys, D>(tileK, kHead + offset, geo.kvRowStride);
-  loadTile<Keys, D>(tileV, vHead + offset, geo.kvRowStride);
-}
-
 /// Starts copying Count floats.
 template <int Count>
 __device__ __forceinline__ void loadFloats(float *shared, const float *global) {
@@ -262,6 +253,22 @@ __device__ __forceinline__ void streamTiles(int begin, int end, Issue issue, Com
   }
 }
 
+/// streamTiles over the key tiles that the query block at query0 sees: K and V of one kv head
+/// double-buffered in Shared's streamed tiles 0 and 1, compute(tile, buffer) on each.
+template <typename Shared, int Keys, int D, typename T, typename Compute>
+__device__ __forceinline__ void streamKeyValueTiles(unsigned char *shared, const Geometry &geo,
+                                                    int64_t query0, const T *kHead, const T *vHead,
+                                                    Compute compute) {
+  streamTiles(
+      0, geo.keyTiles(query0, Keys),
+      [&](int tile, int buffer) {
+        int64_t offset = int64_t(tile) * Keys * geo.kvRowStride;
+        loadTile<Keys, D>(Shared::streamed(shared, buffer, 0), kHead + offset, geo.kvRowStride);
+        loadTile<Keys, D>(Shared::streamed(shared, buffer, 1), vHead + offset, geo.kvRowStride);
+      },
+      compute);
+}
+
 //===----------------------------------------------------------------------===//
 // Kernels
 //===----------------------------------------------------------------------===//
@@ -284,13 +291,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
   float out[D / 8][4] = {};
   OnlineRows rows;
-  streamTiles(
-      0, geo.keyTiles(block.query0, kKeys),
-      [&](int tile, int buffer) {
-        loadKeyValueTile<kKeys, D>(Shared::streamed(shared, buffer, 0),
-                                   Shared::streamed(shared, buffer, 1), kHead, vHead, tile, geo);
-      },
-      [&](int tile, int buffer) {
+  streamKeyValueTiles<Shared, kKeys, D>(
+      shared, geo, block.query0, kHead, vHead, [&](int tile, int buffer) {
         float s[kKeys / 8][4] = {};
         warpProductABt<T, kKeys, D>(s, warpQ, Shared::streamed(shared, buffer, 0), kStride);
         scaleAndMask<kKeys>(s, geo, block.query0 + warp * kWarpRows, int64_t(tile) * kKeys);
@@ -331,13 +333,8 @@ __device__ __forceinline__ void streamKeyTiles(unsigned char *shared, const Geom
   commitCopies();
   const T *warpQ = Shared::fixed(shared, 0) + warp * kWarpRows * kStride;
   const T *warpDy = Shared::fixed(shared, 1) + warp * kWarpRows * kStride;
-  streamTiles(
-      0, geo.keyTiles(block.query0, kKeys),
-      [&](int tile, int buffer) {
-        loadKeyValueTile<kKeys, D>(Shared::streamed(shared, buffer, 0),
-                                   Shared::streamed(shared, buffer, 1), kHead, vHead, tile, geo);
-      },
-      [&](int tile, int buffer) {
+  streamKeyValueTiles<Shared, kKeys, D>(
+      shared, geo, block.query0, kHead, vHead, [&](int tile, int buffer) {
         const T *tileK = Shared::streamed(shared, buffer, 0);
         float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
         warpProductABt<T, kKeys, D>(s, warpQ, tileK, kStride);
