@@ -15,6 +15,7 @@
 #include "llvm/Support/Format.h"
 
 #include <array>
+#include <cmath>
 #include <cstdlib>
 
 namespace parc::runtime {
@@ -102,6 +103,25 @@ std::string formatDifference(int64_t held, int64_t predicted) {
 }
 
 } // namespace
+
+std::string formatStepLine(int64_t step, const StepResult &result, double tokensPerSecond,
+                           bool showLossScale) {
+  // A skipped step's norm is nan or inf; printf would sign a nan.
+  double norm = result.optimizer.gradNorm;
+  std::string normText = std::isnan(norm) ? "nan" : std::isinf(norm) ? "inf" : "";
+  if (normText.empty())
+    llvm::raw_string_ostream(normText) << llvm::format("%.3f", norm);
+  std::string line;
+  llvm::raw_string_ostream os(line);
+  os << llvm::format("step %lld loss %.4f lr %.2e grad_norm %s tokens/s %.0f",
+                     (long long)(step + 1), result.loss, result.optimizer.lr, normText.c_str(),
+                     tokensPerSecond);
+  if (showLossScale)
+    os << " loss_scale " << formatLossScale(result.optimizer.lossScale);
+  if (result.optimizer.skipped)
+    os << " skipped (gradients overflowed)";
+  return os.str();
+}
 
 std::string encodeMemoryRow(const plan::RankPlan &plan, const MemoryTracker &memory,
                             const std::array<int64_t, NumMemoryCategories> &poolPeaks) {

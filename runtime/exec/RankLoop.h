@@ -20,7 +20,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cmath>
 
 namespace parc::runtime {
 
@@ -28,6 +27,10 @@ namespace parc::runtime {
 /// and the device's pool peaks per category (-1 where it has no pools).
 std::string encodeMemoryRow(const plan::RankPlan &plan, const MemoryTracker &memory,
                             const std::array<int64_t, NumMemoryCategories> &poolPeaks);
+/// "step 3 loss 6.2253 lr 1.00e-02 grad_norm 0.540 tokens/s 7664", then the loss scale when
+/// one is set and whether a dynamic one skipped the step.
+std::string formatStepLine(int64_t step, const StepResult &result, double tokensPerSecond,
+                           bool showLossScale);
 /// Prints the report from every rank's encoded row.
 void printMemory(llvm::ArrayRef<std::string> encoded, const RunOptions &options,
                  plan::DType modelDtype, llvm::raw_ostream &out);
@@ -80,19 +83,9 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
     summary.losses.push_back(result.loss);
     summary.gradNorms.push_back(result.optimizer.gradNorm);
     if (runner.reportsLoss() && ((step + 1) % logEvery == 0 || step + 1 == steps)) {
-      // A skipped step's norm is nan or inf; printf would sign a nan.
-      double norm = result.optimizer.gradNorm;
-      std::string normText = std::isnan(norm) ? "nan" : std::isinf(norm) ? "inf" : "";
-      if (normText.empty())
-        llvm::raw_string_ostream(normText) << llvm::format("%.3f", norm);
-      out << llvm::format("step %lld loss %.4f lr %.2e grad_norm %s tokens/s %.0f",
-                          (long long)(step + 1), result.loss, result.optimizer.lr, normText.c_str(),
-                          tokensPerStep / std::max(seconds, 1e-9));
-      if (options.lossScale.mode != LossScaleOptions::Mode::None)
-        out << " loss_scale " << formatLossScale(result.optimizer.lossScale);
-      if (result.optimizer.skipped)
-        out << " skipped (gradients overflowed)";
-      out << "\n";
+      out << formatStepLine(step, result, tokensPerStep / std::max(seconds, 1e-9),
+                            options.lossScale.mode != LossScaleOptions::Mode::None)
+          << "\n";
       out.flush();
     }
     bool save =
