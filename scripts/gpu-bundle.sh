@@ -30,10 +30,8 @@ jobs=${JOBS:-3}
 
 fail() { echo "gpu-bundle: error: $*" >&2; exit 1; }
 
-# glibc, the C++ runtime and the CUDA libraries are the GPU machine's own; ld.so resolves
-# linux-vdso itself.
-system_lib='^(linux-vdso|ld-linux|libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libanl|libstdc\+\+|libgcc_s)\.so'
-cuda_lib='^(libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so'
+# shellcheck source=gpu-libraries.sh
+source "$root/scripts/gpu-libraries.sh"
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   "-DCMAKE_CUDA_ARCHITECTURES=80;90" >/dev/null

@@ -60,8 +60,8 @@ summary=$out/summary.txt
 note() { echo "$*" | tee -a "$summary"; }
 die() { local status=$1; shift; note "gpu-check: $*"; exit "$status"; }
 plans=$bundle/plans
-system_lib='^(linux-vdso|ld-linux(-x86-64)?|libc|libm|libmvec|libdl|libpthread|librt|libutil|libresolv|libanl|libstdc\+\+|libgcc_s)\.so'
-cuda_lib='^(libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so'
+# shellcheck source=gpu-libraries.sh
+source "$root/scripts/gpu-libraries.sh"
 
 #--- the bundle --------------------------------------------------------------------------------
 [[ -f $bundle/MANIFEST ]] ||
