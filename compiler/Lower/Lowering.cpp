@@ -202,6 +202,16 @@ plan::Manifest buildManifest(const Program &program, const Mapping &mapping,
   return manifest;
 }
 
+bool checkLowerable(const Program &program, DiagnosticEngine &diags) {
+  if (program.model.dropout > 0) {
+    diags.error(program.rangeOf("model.dropout", program.model.nameRange),
+                "dropout is estimated but not run: parrun's plans have no random masks; "
+                "set 'dropout = 0' to write plans");
+    return false;
+  }
+  return true;
+}
+
 std::string computeJobPlanId(const Program &program, const Mapping &mapping) {
   // The rank list is left out: it follows from the summaries, and building it for a 16k-rank
   // job would cost `--rank=R` more than lowering that rank.

@@ -1,4 +1,5 @@
 //===- ProgramBuilder.cpp - Resolved blocks -> typed Program --------------===//
+#include "parc/Sema/GPUKinds.h"
 #include "parc/Sema/Sema.h"
 
 #include "llvm/Support/Format.h"
@@ -19,6 +20,12 @@ const char *toString(Recompute r) {
 }
 const char *toString(Optimizer o) { return o == Optimizer::Adam ? "adam" : "sgd"; }
 const char *toString(Axis a) { return a == Axis::TP ? "tp" : a == Axis::DP ? "dp" : "pp"; }
+const char *toString(Attention a) { return a == Attention::Flash ? "flash" : "standard"; }
+const char *toString(GPUKind k) {
+  const GPUDatasheet *row = datasheetOf(k);
+  return row ? row->spelling.data() : "generic";
+}
+const char *toString(IntraNodeKind k) { return k == IntraNodeKind::NVLink ? "nvlink" : "pcie"; }
 int64_t bytesPerElement(DType d) { return d == DType::FP32 ? 4 : 2; }
 
 int64_t ModelSpec::numBlocks() const {
@@ -93,6 +100,7 @@ struct FieldReader {
     std::string w = word(name);
     return w == "fp32" ? DType::FP32 : w == "fp16" ? DType::FP16 : DType::BF16;
   }
+  bool flag(llvm::StringRef name) const { return word(name) == "true"; }
   LinkSpec link(llvm::StringRef name) const {
     const ResolvedBlock *b = block.nestedBlock(name);
     if (!b)
@@ -121,6 +129,8 @@ void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBl
   model.norm = m.word("norm") == "rmsnorm" ? Norm::RMSNorm : Norm::LayerNorm;
   model.mlp = m.word("mlp") == "swiglu" ? MLPKind::SwiGLU : MLPKind::GELU;
   model.position = m.word("position") == "rope" ? Position::RoPE : Position::Learned;
+  model.attention = m.word("attention") == "standard" ? Attention::Standard : Attention::Flash;
+  model.dropout = m.real("dropout");
   model.layers = modelBlock.layers;
 
   FieldReader c{clusterBlock};
@@ -131,13 +141,27 @@ void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBl
   cluster.gpusPerNode = c.integer("gpus_per_node");
   if (const ResolvedBlock *gpu = clusterBlock.nestedBlock("gpu")) {
     FieldReader g{*gpu};
+    if (const GPUDatasheet *row = datasheetOf(g.word("kind")))
+      cluster.gpuKind = row->kind;
     cluster.gpuMemory = g.integer("memory");
-    cluster.gpuFlops = g.real("flops");
+    cluster.gpuPeak = {g.real("flops_bf16"), g.real("flops_fp16"), g.real("flops_fp32"),
+                       g.real("flops_tf32")};
+    // `flops` is the peak for the model's dtype: it wins over the per-dtype fields.
+    cluster.gpuFlops = gpu->field("flops") ? g.real("flops") : cluster.gpuPeak.of(model.dtype);
+    cluster.gpuMemoryBandwidth = g.real("memory_bandwidth");
+    cluster.gpuSMs = g.integer("sms");
     cluster.gpuReserve = g.integer("reserve");
   }
   cluster.intraNode = c.link("intra_node");
+  if (const ResolvedBlock *intra = clusterBlock.nestedBlock("intra_node"))
+    cluster.intraNodeKind =
+        FieldReader{*intra}.word("kind") == "pcie" ? IntraNodeKind::PCIe : IntraNodeKind::NVLink;
   cluster.hasInterNode = clusterBlock.nestedBlock("inter_node") != nullptr;
   cluster.interNode = cluster.hasInterNode ? c.link("inter_node") : cluster.intraNode;
+  cluster.nicsPerNode = cluster.gpusPerNode;
+  if (const ResolvedBlock *inter = clusterBlock.nestedBlock("inter_node"))
+    if (int64_t nics = FieldReader{*inter}.integer("nics"))
+      cluster.nicsPerNode = nics;
 
   FieldReader p{parallelBlock};
   ParallelSpec &par = program.parallel;
@@ -163,6 +187,9 @@ void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBl
   if (const ResolvedField *sl = parallelBlock.field("stage_layers"))
     for (const Value &e : sl->value.elems)
       par.stageLayers.push_back(e.i);
+  par.overlapGradReduce = p.flag("overlap_grad_reduce");
+  par.overlapParamGather = p.flag("overlap_param_gather");
+  par.tpCommOverlap = p.flag("tp_comm_overlap");
 
   if (!trainBlock)
     return;
@@ -181,6 +208,7 @@ void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBl
   train.momentum = t.real("momentum");
   train.warmupSteps = t.integer("warmup_steps");
   train.gradDtype = t.dtype("grad_dtype");
+  train.tokens = t.real("tokens");
 }
 
 } // namespace parc

@@ -1,4 +1,5 @@
 #include "Schema.h"
+#include "parc/Sema/GPUKinds.h"
 
 namespace parc::sema {
 
@@ -48,6 +49,17 @@ FieldSpec enumeration(llvm::StringRef name, std::vector<llvm::StringRef> words,
 FieldSpec real(llvm::StringRef name, llvm::StringRef def) {
   return {name, FT::Real, false, def, {}, {}};
 }
+FieldSpec flag(llvm::StringRef name) { return {name, FT::Bool, false, "false", {}, {}}; }
+/// An enumeration without a default: the field may be left out.
+FieldSpec optionalEnum(llvm::StringRef name, std::vector<llvm::StringRef> words) {
+  return {name, FT::Enum, false, "", {}, std::move(words)};
+}
+std::vector<llvm::StringRef> gpuKindWords() {
+  std::vector<llvm::StringRef> words;
+  for (const GPUDatasheet &row : gpuDatasheets())
+    words.push_back(row.spelling);
+  return words;
+}
 } // namespace
 
 const BlockSchema &schemaFor(ast::Block::Kind kind) {
@@ -64,22 +76,41 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           enumeration("norm", {"layernorm", "rmsnorm"}, "layernorm"),
           enumeration("mlp", {"gelu", "swiglu"}, "gelu"),
           enumeration("position", {"learned", "rope"}, "learned"),
+          enumeration("attention", {"flash", "standard"}, "flash"),
+          real("dropout", "0"),
       },
       {}};
-  static const BlockSchema gpu{"gpu",
-                               {
-                                   quantity("memory", Dimension::size(), true),
-                                   quantity("flops", Dimension::flopRate(), true),
-                                   {"reserve", FT::Quantity, false, "1 GiB", Dimension::size(), {}, 0, /*allowZero=*/true},
-                               },
-                               {}};
+  // Fields a datasheet can fill are optional here; Sema completes them from `kind` and
+  // reports the ones still missing (completeFromDatasheet).
+  static const BlockSchema gpu{
+      "gpu",
+      {
+          optionalEnum("kind", gpuKindWords()),
+          quantity("memory", Dimension::size(), false),
+          quantity("flops", Dimension::flopRate(), false),
+          quantity("flops_bf16", Dimension::flopRate(), false),
+          quantity("flops_fp16", Dimension::flopRate(), false),
+          quantity("flops_fp32", Dimension::flopRate(), false),
+          quantity("flops_tf32", Dimension::flopRate(), false),
+          quantity("memory_bandwidth", Dimension::bandwidth(), false),
+          count("sms", false),
+          {"reserve", FT::Quantity, false, "1 GiB", Dimension::size(), {}, 0, /*allowZero=*/true},
+      },
+      {}};
   static const BlockSchema intraNode{"intra_node",
+                                     {
+                                         enumeration("kind", {"nvlink", "pcie"}, "nvlink"),
+                                         quantity("bandwidth", Dimension::bandwidth(), false),
+                                         quantity("latency", Dimension::time(), false),
+                                     },
+                                     {}};
+  static const BlockSchema interNode{"inter_node",
                                      {
                                          quantity("bandwidth", Dimension::bandwidth(), true),
                                          quantity("latency", Dimension::time(), true),
+                                         count("nics", false),
                                      },
                                      {}};
-  static const BlockSchema interNode{"inter_node", intraNode.fields, {}};
   static const BlockSchema cluster{"cluster",
                                    {count("nodes", true), count("gpus_per_node", true)},
                                    {&gpu, &intraNode, &interNode}};
@@ -97,6 +128,9 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           enumeration("recompute", {"none", "selective", "full"}, "none"),
           {"sequence_parallel", FT::Bool, false, "false", {}, {}},
           {"stage_layers", FT::CountList, false, "", {}, {}},
+          flag("overlap_grad_reduce"),
+          flag("overlap_param_gather"),
+          flag("tp_comm_overlap"),
       },
       {}};
   static const BlockSchema train{
@@ -114,6 +148,7 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           real("momentum", "0"),
           {"warmup_steps", FT::Natural, false, "0", {}, {}},
           enumeration("grad_dtype", kDTypes, "fp32"),
+          real("tokens", ""),
       },
       {}};
   switch (kind) {

@@ -1,5 +1,6 @@
 //===- Sema.cpp - Blocks, fields and layers into a Program ----------------===//
 #include "Evaluator.h"
+#include "parc/Sema/GPUKinds.h"
 #include "parc/Support/NameSuggest.h"
 
 #include "llvm/ADT/StringMap.h"
@@ -67,6 +68,8 @@ private:
                                          const ResolvedBlock &model);
   void checkLayerStructure(const ast::Block &syntax, const ResolvedBlock &model);
   void warnIneffectiveTrainSettings(const ResolvedBlock &train);
+  bool completeFromDatasheet(ResolvedBlock &cluster, const ast::Block &syntax);
+  void checkProgramValues(const Program &program, const ResolvedBlock &cluster);
   /// A second block of a name: its body is still checked, but nothing can refer to it.
   void checkDuplicate(const ast::Block &block, const Scope &fileScope) {
     ResolvedBlock unused;
@@ -166,6 +169,8 @@ bool Analyzer::resolveBlock(const ast::Block &syntax, const BlockSchema &schema,
     }
   }
 
+  if (syntax.kind == ast::Block::Cluster && !syntax.hasSyntaxErrors)
+    ok &= completeFromDatasheet(out, syntax);
   std::vector<std::string> missing;
   for (const FieldSpec &spec : schema.fields) {
     if (seen.count(spec.name) || meant.count(spec.name))
@@ -184,6 +189,10 @@ bool Analyzer::resolveBlock(const ast::Block &syntax, const BlockSchema &schema,
   }
   for (const BlockSchema *inner : schema.nested) {
     if (seen.count(inner->kind) || meant.count(inner->kind))
+      continue;
+    // A GPU kind's datasheet gives the intra-node link (completeFromDatasheet).
+    const ResolvedBlock *gpu = out.nestedBlock("gpu");
+    if (inner->kind == "intra_node" && gpu && (gpu->field("kind") || gpu->hasErrors))
       continue;
     // A single-node cluster never uses its inter-node link.
     const ResolvedField *nodes = out.field("nodes");
@@ -217,6 +226,107 @@ bool Analyzer::resolveBlock(const ast::Block &syntax, const BlockSchema &schema,
   if (syntax.kind == ast::Block::Model)
     resolveLayers(syntax, scope, out);
   out.hasErrors = !ok || syntax.hasSyntaxErrors;
+  return ok;
+}
+
+namespace {
+/// The NCCL tuning model's per-step hardware latency of a ring with the Simple protocol
+/// (NVIDIA/nccl src/graph/tuning.cc, hwLat): the default latency of a datasheet's link.
+constexpr double kNVLinkStepLatency = 3.4e-6, kPCIeStepLatency = 5.7e-6;
+
+void fillField(ResolvedBlock &block, llvm::StringRef name, Value value) {
+  if (!block.field(name))
+    block.fields.push_back({name.str(), std::move(value), {}, true});
+}
+
+void sortFields(ResolvedBlock &block, const BlockSchema &schema) {
+  std::vector<ResolvedField> ordered;
+  for (const FieldSpec &spec : schema.fields)
+    if (const ResolvedField *f = block.field(spec.name))
+      ordered.push_back(*f);
+  block.fields = std::move(ordered);
+}
+
+ResolvedBlock *nestedOf(ResolvedBlock &block, llvm::StringRef name) {
+  for (ResolvedBlock &b : block.nested)
+    if (b.name == name)
+      return &b;
+  return nullptr;
+}
+} // namespace
+
+/// `gpu { kind = ... }` fills the gpu fields and the intra-node link left unset from the
+/// datasheet (GPUKinds.h); without a kind, the fields a datasheet would give are required.
+/// Returns false after reporting a missing field.
+bool Analyzer::completeFromDatasheet(ResolvedBlock &cluster, const ast::Block &syntax) {
+  ResolvedBlock *gpu = nestedOf(cluster, "gpu");
+  if (!gpu)
+    return true; // reported as missing
+  const ResolvedField *kind = gpu->field("kind");
+  const GPUDatasheet *row = kind ? datasheetOf(kind->value.word) : nullptr;
+  const BlockSchema &gpuSchema = *schemaFor(ast::Block::Cluster).nestedSchema("gpu");
+  const BlockSchema &linkSchema = *schemaFor(ast::Block::Cluster).nestedSchema("intra_node");
+  if (row) {
+    auto rate = [](double tera) { return Value::real(tera * 1e12, Dimension::flopRate()); };
+    fillField(*gpu, "memory", Value::integer(row->memoryGiB << 30, Dimension::size()));
+    fillField(*gpu, "flops_bf16", rate(row->peakTFLOPS.bf16));
+    fillField(*gpu, "flops_fp16", rate(row->peakTFLOPS.fp16));
+    fillField(*gpu, "flops_fp32", rate(row->peakTFLOPS.fp32));
+    fillField(*gpu, "flops_tf32", rate(row->peakTFLOPS.tf32));
+    fillField(*gpu, "memory_bandwidth",
+              Value::real(row->memoryBandwidthGBs * 1e9, Dimension::bandwidth()));
+    fillField(*gpu, "sms", Value::integer(row->sms));
+    sortFields(*gpu, gpuSchema);
+    ResolvedBlock *link = nestedOf(cluster, "intra_node");
+    if (!link) {
+      ResolvedBlock made;
+      made.kind = ast::Block::Nested;
+      made.name = "intra_node";
+      made.declared = false;
+      cluster.nested.push_back(std::move(made));
+      link = &cluster.nested.back();
+      Value word;
+      word.kind = Value::Word;
+      word.word = row->intraNode == IntraNodeKind::PCIe ? "pcie" : "nvlink";
+      fillField(*link, "kind", word);
+    }
+    bool pcie = link->field("kind") && link->field("kind")->value.word == "pcie";
+    fillField(*link, "bandwidth", Value::real(row->intraNodeGBs * 1e9, Dimension::bandwidth()));
+    fillField(*link, "latency",
+              Value::real(pcie ? kPCIeStepLatency : kNVLinkStepLatency, Dimension::time()));
+    sortFields(*link, linkSchema);
+    gpu = nestedOf(cluster, "gpu"); // the push above may have moved it
+  }
+  bool ok = true;
+  auto requireAll = [&](const ResolvedBlock &block, std::vector<llvm::StringRef> names,
+                        llvm::SMRange where) {
+    std::vector<std::string> missing;
+    for (llvm::StringRef n : names)
+      if (!block.field(n))
+        missing.push_back(n.str());
+    if (missing.empty())
+      return;
+    diags.error(where, "block '" + block.name + "' is missing required " +
+                           (missing.size() == 1 ? "field " : "fields ") + quotedList(missing) +
+                           "; or name a GPU 'kind' whose datasheet gives " +
+                           (missing.size() == 1 ? "it" : "them"));
+    ok = false;
+  };
+  auto headerOf = [&](llvm::StringRef name) {
+    for (const ast::Statement &st : syntax.statements)
+      if (auto *b = std::get_if<std::unique_ptr<ast::Block>>(&st))
+        if ((*b)->name == name)
+          return (*b)->headerRange;
+    return syntax.headerRange;
+  };
+  // Per-dtype peaks stand in for `flops`; which one the model needs is checked with the model.
+  bool anyPeak = gpu->field("flops_bf16") || gpu->field("flops_fp16") || gpu->field("flops_fp32");
+  if (!gpu->hasErrors)
+    requireAll(*gpu, anyPeak ? std::vector<llvm::StringRef>{"memory"}
+                             : std::vector<llvm::StringRef>{"memory", "flops"},
+               headerOf("gpu"));
+  if (ResolvedBlock *link = nestedOf(cluster, "intra_node"); link && !link->hasErrors)
+    requireAll(*link, {"bandwidth", "latency"}, headerOf("intra_node"));
   return ok;
 }
 
@@ -493,7 +603,26 @@ std::optional<Program> Analyzer::run(const ast::Module &module, ResolvedModule *
   recordRanges(*par, "parallel.", program);
   if (tr)
     recordRanges(*tr, "train.", program);
+  checkProgramValues(program, *cluster);
+  if (diags.hasErrors())
+    return std::nullopt;
   return program;
+}
+
+/// Values whose validity depends on another block: the peak for the model's dtype.
+void Analyzer::checkProgramValues(const Program &program, const ResolvedBlock &cluster) {
+  const ModelSpec &model = program.model;
+  if (model.dropout >= 1)
+    diags.error(program.rangeOf("model.dropout", model.nameRange),
+                "'dropout' is a probability below 1; got " + Value::real(model.dropout).str());
+  if (program.cluster.gpuFlops <= 0) {
+    const ResolvedBlock *gpu = cluster.nestedBlock("gpu");
+    std::string dtype = toString(model.dtype);
+    diags.error(gpu ? gpu->headerRange : cluster.headerRange,
+                "block 'gpu' gives no peak FLOP/s for the model's dtype " + dtype +
+                    ": write 'flops' or 'flops_" + dtype + "', or name a GPU 'kind'");
+    diags.note(model.nameRange, "model '" + model.name + "' is " + dtype);
+  }
 }
 
 } // namespace

@@ -213,6 +213,10 @@ int main(int argc, char **argv) {
     return diags.exitCode();
   if (emitKind == EmitKind::Trace || emitKind == EmitKind::SVG)
     return emitStep(*program, *mapping, diags);
+  bool lowers = rankToPrint.getNumOccurrences() || emitKind == EmitKind::PlanText ||
+                (emitKind == EmitKind::Summary && !outputPath.empty());
+  if (lowers && !checkLowerable(*program, diags))
+    return diags.exitCode();
   if (rankToPrint.getNumOccurrences() || emitKind == EmitKind::PlanText)
     return printRankPlan(*program, *mapping);
   std::optional<std::string> planId;

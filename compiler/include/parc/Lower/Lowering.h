@@ -26,10 +26,15 @@
 #include "parc/Check/Mapping.h"
 #include "parc/Plan/Plan.h"
 #include "parc/Sema/Program.h"
+#include "parc/Support/Diagnostics.h"
 
 #include "llvm/Support/Error.h"
 
 namespace parc {
+
+/// Reports, at the field, what a job may describe for its estimates but the plans cannot
+/// express (dropout: parrun has no random masks). Returns true when the job can be lowered.
+bool checkLowerable(const Program &program, DiagnosticEngine &diags);
 
 /// The plan id of a job. Every rank plan is a pure function of the job description (model,
 /// cluster, mapping, training settings, format version) and its rank, so hashing that

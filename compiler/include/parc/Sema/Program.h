@@ -25,6 +25,12 @@ enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
 enum class Recompute { None, Selective, Full };
 enum class Optimizer { Adam, SGD };
 enum class Axis { TP, DP, PP };
+enum class Attention { Flash, Standard };
+/// GPUs with a datasheet row (GPUKinds.h); Generic is a GPU described only by its fields.
+enum class GPUKind { Generic, A100_40GB, A100_80GB, H100_SXM, H100_PCIe, H200, B200, L40S };
+/// How the GPUs of one node reach each other: NVLink through NVSwitch (every pair at the full
+/// per-GPU bandwidth) or PCIe through the host's switches.
+enum class IntraNodeKind { NVLink, PCIe };
 
 const char *toString(DType);
 const char *toString(Norm);
@@ -34,6 +40,9 @@ const char *toString(ScheduleKind);
 const char *toString(Recompute);
 const char *toString(Optimizer);
 const char *toString(Axis);
+const char *toString(Attention);
+const char *toString(GPUKind);
+const char *toString(IntraNodeKind);
 int64_t bytesPerElement(DType);
 
 /// One `layer` declaration. Transformer groups carry their own (possibly overridden) sizes.
@@ -55,6 +64,9 @@ struct ModelSpec {
   Norm norm = Norm::LayerNorm;
   MLPKind mlp = MLPKind::GELU;
   Position position = Position::Learned;
+  /// FlashAttention keeps no s x s scores; standard attention (Megatron's fused softmax) does.
+  Attention attention = Attention::Flash;
+  double dropout = 0; // hidden and attention dropout probability; 0 keeps no masks
   std::vector<LayerGroup> layers;
 
   int64_t numBlocks() const;
@@ -64,18 +76,31 @@ struct ModelSpec {
 };
 
 struct LinkSpec {
-  double bandwidth = 0; // bytes/s
+  double bandwidth = 0; // bytes/s, one direction: of one GPU (intra-node) or one NIC (inter-node)
   double latency = 0;   // seconds
+};
+
+/// Dense peak FLOP/s of one GPU per operand type; 0 where neither the file nor a datasheet
+/// gives one.
+struct PeakFlops {
+  double bf16 = 0, fp16 = 0, fp32 = 0, tf32 = 0;
+  double of(DType d) const { return d == DType::BF16 ? bf16 : d == DType::FP16 ? fp16 : fp32; }
 };
 
 struct ClusterSpec {
   std::string name;
   llvm::SMRange nameRange;
   int64_t nodes = 0, gpusPerNode = 0;
-  int64_t gpuMemory = 0;  // bytes
-  double gpuFlops = 0;    // FLOP/s
-  int64_t gpuReserve = 0; // bytes kept for the CUDA context and fragmentation
+  GPUKind gpuKind = GPUKind::Generic;
+  int64_t gpuMemory = 0;        // bytes
+  double gpuFlops = 0;          // FLOP/s: the dense peak for the model's dtype
+  PeakFlops gpuPeak;            // per dtype, as written or from the datasheet
+  double gpuMemoryBandwidth = 0; // bytes/s of HBM; 0 when unknown (the cost model assumes one)
+  int64_t gpuSMs = 0;            // streaming multiprocessors; 0 when unknown
+  int64_t gpuReserve = 0;        // bytes kept for the CUDA context and fragmentation
   LinkSpec intraNode, interNode;
+  IntraNodeKind intraNodeKind = IntraNodeKind::NVLink;
+  int64_t nicsPerNode = 0; // inter-node adapters (rails) per node; interNode is one of them
   bool hasInterNode = false;
 
   int64_t world() const { return nodes * gpusPerNode; }
@@ -93,6 +118,10 @@ struct ParallelSpec {
   Recompute recompute = Recompute::None;
   bool sequenceParallel = false;
   std::vector<int64_t> stageLayers; // explicit blocks per stage, or empty
+  /// Megatron-LM's overlap switches (all off by default there, as here): the data-parallel
+  /// gradient reduction behind the backward, the distributed optimizer's parameter all-gather
+  /// behind the next forward, and the tensor-parallel collectives behind the GEMMs.
+  bool overlapGradReduce = false, overlapParamGather = false, tpCommOverlap = false;
 };
 
 struct TrainSpec {
@@ -105,6 +134,7 @@ struct TrainSpec {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, momentum = 0.0;
   int64_t warmupSteps = 0;
   DType gradDtype = DType::FP32; // main-gradient precision (Megatron accumulates in fp32)
+  double tokens = 0; // tokens to train on, for the time-to-train estimate; 0 when not given
 };
 
 struct Program {
