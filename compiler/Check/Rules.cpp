@@ -364,8 +364,11 @@ void MappingChecker::warnTensorAcrossNodes() {
     return;
   double bytes = double(par.microBatch) * double(model.seq) * double(model.hidden) *
                  double(bytesPerElement(model.dtype));
-  double inter = 4 * allReduceTime(bytes, par.tp, cluster.interNode);
-  double intra = 4 * allReduceTime(bytes, par.tp, cluster.intraNode);
+  CommModel comm(cluster);
+  GroupGeometry spanning = geometryOf(mapping.layout, Axis::TP), inside;
+  inside.ranks = inside.ranksPerNode = par.tp;
+  double inter = 4 * comm.allReduce(bytes, spanning);
+  double intra = 4 * comm.allReduce(bytes, inside);
   bool tooWide = par.tp > cluster.gpusPerNode;
   diags.warning(
       at(tooWide || !written("parallel.order") ? "parallel.tp" : "parallel.order"),

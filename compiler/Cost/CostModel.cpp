@@ -4,11 +4,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "parc/Cost/CostModel.h"
-#include "parc/Cost/CommModel.h"
 #include "parc/Cost/MemoryModel.h"
 
 #include <algorithm>
-#include <functional>
 
 namespace parc {
 
@@ -39,231 +37,159 @@ double ringBytes(double bytes, int64_t ranks, bool allReduce) {
   return allReduce ? 2 * perPhase : perPhase;
 }
 
-/// True when some group of a kind spans nodes; the slowest group sets the pace.
-bool anyCrossesNodes(const RankLayout &layout,
-                     const std::function<std::vector<int64_t>(int64_t)> &groupOf) {
-  for (int64_t rank = 0, n = layout.world(); rank < n; ++rank)
-    if (layout.crossesNodes(groupOf(rank)))
-      return true;
-  return false;
+/// Bytes one rank of stage `s` sends per step in each group kind.
+struct StageBytes {
+  double tp = 0, pp = 0, dp = 0, embedding = 0;
+};
+
+StageBytes stageBytes(const Program &program, const Mapping &mapping, const WorkTable &work,
+                      int64_t s) {
+  const ModelSpec &model = program.model;
+  const ParallelSpec &par = program.parallel;
+  const int64_t tp = mapping.tp, pp = mapping.pp, dp = mapping.dp;
+  const double M = double(mapping.microbatches);
+  const double tokens = double(mapping.microBatch) * double(model.seq);
+  const double act = double(bytesPerElement(model.dtype)) * tokens * double(model.hidden);
+  const bool sp = par.sequenceParallel && tp > 1;
+  StageBytes b;
+
+  // Two reductions per block forward and two backward; full recompute repeats the forward's.
+  double collectives = (par.recompute == Recompute::Full ? 6 : 4) *
+                       double(mapping.partition.blocksOnStage(s));
+  if (s == 0)
+    collectives += 1; // the vocab-parallel embedding's forward reduction
+  if (s == pp - 1)
+    collectives += sp ? 2 : 1; // the head's input: gathered forward (sp), reduced backward
+  b.tp = M * collectives * (sp ? 2 * ringBytes(act, tp, false) : ringBytes(act, tp, true));
+  if (s == pp - 1) // vocab-parallel cross entropy: max, target logit and sum of exps
+    b.tp += M * 3 * ringBytes(4 * tokens, tp, true);
+
+  if (pp > 1) {
+    double sends = 2 * double(mapping.chunks) - (s == pp - 1 ? 1 : 0) - (s == 0 ? 1 : 0);
+    b.pp = M * sends * work.messageBytes;
+  }
+  const int zero = dp > 1 ? par.zero : 0;
+  const double params = work.stages[size_t(s)].params;
+  const double grads = params * double(bytesPerElement(program.train.gradDtype));
+  const double weights = params * double(bytesPerElement(model.dtype));
+  switch (zero) {
+  case 0:
+    b.dp = ringBytes(grads, dp, true);
+    break;
+  case 1:
+    b.dp = ringBytes(grads, dp, false) + ringBytes(weights, dp, false);
+    break;
+  case 2:
+    b.dp = M * ringBytes(grads, dp, false) + ringBytes(weights, dp, false);
+    break;
+  default:
+    b.dp = M * (ringBytes(grads, dp, false) + 2 * ringBytes(weights, dp, false));
+    break;
+  }
+  if (model.tiedHead() && pp > 1 && (s == 0 || s == pp - 1))
+    b.embedding = ringBytes(
+        double(headParams(model, mapping.paddedVocab).perRank(tp)) *
+            double(bytesPerElement(program.train.gradDtype)),
+        2, true);
+  return b;
 }
 
-struct Traffic {
-  double bytes = 0, seconds = 0;
-  void allReduce(double buffer, int64_t ranks, const LinkSpec &link, double times = 1) {
-    bytes += times * ringBytes(buffer, ranks, true);
-    seconds += times * allReduceTime(buffer, ranks, link);
+/// The parts of the critical stage's time: its passes summed over the microbatches, the idle
+/// rest of its pipeline, and its tail.
+StepBreakdown breakdownOf(const WorkTable &work, const StepTimeline &timeline, int64_t stage,
+                          double microbatches) {
+  StepBreakdown b;
+  double busy = 0, zero = 0;
+  for (const VirtualStageWork *w : work.chunksOf(stage)) {
+    b.compute += microbatches * (w->forward.compute() + w->backward.compute());
+    b.recompute += microbatches * w->recompute.compute();
+    b.tp += microbatches * (w->forward.tp + w->backward.tp + w->recompute.tp);
+    zero += microbatches * (w->forward.zero + w->backward.zero + w->recompute.zero);
+    busy += microbatches * (w->forwardSeconds() + w->backwardSeconds());
   }
-  void allGather(double buffer, int64_t ranks, const LinkSpec &link, double times = 1) {
-    bytes += times * ringBytes(buffer, ranks, false);
-    seconds += times * allGatherTime(buffer, ranks, link);
-  }
-  void reduceScatter(double buffer, int64_t ranks, const LinkSpec &link, double times = 1) {
-    bytes += times * ringBytes(buffer, ranks, false);
-    seconds += times * reduceScatterTime(buffer, ranks, link);
-  }
-  void send(double buffer, const LinkSpec &link, double times) {
-    bytes += times * buffer;
-    seconds += times * sendTime(buffer, link);
-  }
-};
-
-/// What one stage does per microbatch (compute, tp, pp) and per step (dp, embedding sync).
-struct StageCost {
-  double computeSeconds = 0; // per microbatch
-  Traffic tp, pp;            // per microbatch
-  Traffic dp, embedding;     // per step
-};
+  const StageTail &tail = timeline.tails[size_t(stage)];
+  double idle = std::max(0.0, tail.pipelineEnd - busy);
+  b.pp = std::min(idle, std::max(0.0, timeline.pipelineMakespan -
+                                          timeline.pipelineWithoutTransfers));
+  b.bubble = idle - b.pp;
+  b.dp = zero + (tail.gradSyncEnd - tail.pipelineEnd) +
+         (tail.embeddingSyncEnd - tail.embeddingSyncStart) +
+         (tail.paramGatherEnd - tail.paramGatherStart);
+  b.optimizer = tail.optimizerEnd - tail.optimizerStart;
+  return b;
+}
 
 } // namespace
 
-CostEstimate estimateCost(const Program &program, const Mapping &mapping) {
+CostEstimate estimateCost(const Program &program, const Mapping &mapping,
+                          const WorkTable &work, const StepTimeline &timeline) {
   const ModelSpec &model = program.model;
   const ParallelSpec &par = program.parallel;
-  const ClusterSpec &cluster = program.cluster;
   const RankLayout &layout = mapping.layout;
-  const int64_t tp = mapping.tp, pp = mapping.pp, dp = mapping.dp;
+  const int64_t tp = mapping.tp, pp = mapping.pp, dp = mapping.dp, world = layout.world();
   const double M = double(mapping.microbatches);
-  const double tokensPerMicrobatch = double(mapping.microBatch) * double(model.seq);
-  const StateBytesPerParam perParam = stateBytesPerParam(program);
-  const bool tiedCopy = model.tiedHead() && pp > 1;
-
-  const bool tpInter = anyCrossesNodes(layout, [&](int64_t r) { return layout.tpGroup(r); });
-  const bool ppInter = anyCrossesNodes(layout, [&](int64_t r) { return layout.ppGroup(r); });
-  const bool dpInter = anyCrossesNodes(layout, [&](int64_t r) { return layout.dpGroup(r); });
-  const bool embInter = tiedCopy && anyCrossesNodes(layout, [&](int64_t r) {
-                          return layout.embeddingGroup(r, true);
-                        });
-  auto linkFor = [&](bool inter) -> const LinkSpec & {
-    return inter ? cluster.interNode : cluster.intraNode;
-  };
-  const LinkSpec &tpLink = linkFor(tpInter), &ppLink = linkFor(ppInter);
-  const LinkSpec &dpLink = linkFor(dpInter), &embLink = linkFor(embInter);
 
   CostEstimate est;
   est.tokensPerStep = double(mapping.globalBatch) * double(model.seq);
   est.bubbleFraction = bubbleFraction(mapping, par.schedule);
-
-  // FLOPs of the whole job: backward is twice the forward (Narayanan et al. 2021, eq. 3).
-  double blocksForward = 0, recomputed = 0;
-  for (int64_t i = 0, n = model.numBlocks(); i < n; ++i) {
-    const LayerGroup &block = model.blockGroup(i);
-    blocksForward += blockForwardFlopsPerToken(model, block);
-    if (par.recompute == Recompute::Full)
-      recomputed += blockForwardFlopsPerToken(model, block);
-    else if (par.recompute == Recompute::Selective)
-      recomputed += attentionCoreFlopsPerToken(model, block);
-  }
-  const double h = double(model.hidden);
-  const double logits = 2 * h * double(model.vocab);
-  const double paddedLogits = 2 * h * double(mapping.paddedVocab);
-  est.modelFlops = est.tokensPerStep * 3 * (blocksForward + logits);
-  est.hardwareFlops = est.tokensPerStep * (3 * (blocksForward + paddedLogits) + recomputed);
-
-  const double actBytes = double(bytesPerElement(model.dtype)) * tokensPerMicrobatch * h;
-  const bool sp = par.sequenceParallel && tp > 1;
-  // Pipeline messages: with tp > 1 each rank sends its 1/tp slice (sequence parallel, or
-  // Megatron's scatter/gather optimisation of Narayanan et al. 2021, section 4.1).
-  const double ppMessage = actBytes / double(tp);
-
-  std::vector<StageCost> stages(static_cast<size_t>(pp));
-  for (int64_t s = 0; s < pp; ++s) {
-    StageCost &c = stages[size_t(s)];
-    double forward = 0, extra = 0;
-    int64_t blocks = 0;
-    double paramsPerRank = 0;
-    for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
-      auto [first, last] = mapping.partition.range(s, chunk);
-      for (int64_t i = first; i < last; ++i) {
-        const LayerGroup &block = model.blockGroup(i);
-        forward += blockForwardFlopsPerToken(model, block);
-        if (par.recompute == Recompute::Full)
-          extra += blockForwardFlopsPerToken(model, block);
-        else if (par.recompute == Recompute::Selective)
-          extra += attentionCoreFlopsPerToken(model, block);
-        paramsPerRank += double(blockParams(model, block).perRank(tp));
-      }
-      blocks += last - first;
-    }
-    if (s == 0)
-      paramsPerRank += double(embeddingParams(model, mapping.paddedVocab).perRank(tp));
-    if (s == pp - 1) {
-      forward += paddedLogits;
-      paramsPerRank += double(finalNormParams(model).perRank(tp));
-      if (!model.tiedHead() || pp > 1)
-        paramsPerRank += double(headParams(model, mapping.paddedVocab).perRank(tp));
-    }
-    c.computeSeconds = (3 * forward + extra) * tokensPerMicrobatch / double(tp) / cluster.gpuFlops;
-
-    // Tensor parallel: two collectives per block in the forward (after attention and after
-    // the MLP) and two in the backward; full recompute repeats the forward's.
-    double perBlock = par.recompute == Recompute::Full ? 6 : 4;
-    double collectives = perBlock * double(blocks);
-    if (s == 0)
-      collectives += 1; // the vocab-parallel embedding's forward reduction
-    if (s == pp - 1)
-      collectives += 2; // the head: its input in the forward, its input gradient in backward
-    if (sp) {
-      // Each all-reduce becomes a reduce-scatter plus an all-gather elsewhere in the block.
-      c.tp.reduceScatter(actBytes, tp, tpLink, collectives);
-      c.tp.allGather(actBytes, tp, tpLink, collectives);
-    } else if (s == pp - 1) {
-      // Without sequence parallelism the head's forward input is already whole.
-      c.tp.allReduce(actBytes, tp, tpLink, collectives - 1);
-    } else {
-      c.tp.allReduce(actBytes, tp, tpLink, collectives);
-    }
-    if (s == pp - 1) // vocab-parallel cross entropy: max, target logit and sum of exps
-      c.tp.allReduce(4 * tokensPerMicrobatch, tp, tpLink, 3);
-
-    // Pipeline: every virtual stage but the last sends activations forward, every one but the
-    // first sends gradients back.
-    double sends = 2 * double(mapping.chunks) - (s == pp - 1 ? 1 : 0) - (s == 0 ? 1 : 0);
-    if (pp > 1)
-      c.pp.send(ppMessage, ppLink, sends);
-
-    // Data parallel, by ZeRO stage (Rajbhandari et al. 2020, section 7): gradients are
-    // all-reduced, or reduce-scattered with the updated weights all-gathered back; sharded
-    // gradients (ZeRO-2) leave every microbatch, sharded weights (ZeRO-3) are gathered for
-    // every forward and backward.
-    const double grads = paramsPerRank * perParam.grad;
-    const double weights = paramsPerRank * perParam.weight;
-    switch (par.zero) {
-    case 0:
-      c.dp.allReduce(grads, dp, dpLink);
-      break;
-    case 1:
-      c.dp.reduceScatter(grads, dp, dpLink);
-      c.dp.allGather(weights, dp, dpLink);
-      break;
-    case 2:
-      c.dp.reduceScatter(grads, dp, dpLink, M);
-      c.dp.allGather(weights, dp, dpLink);
-      break;
-    default:
-      c.dp.reduceScatter(grads, dp, dpLink, M);
-      c.dp.allGather(weights, dp, dpLink, 2 * M);
-      break;
-    }
-    if (tiedCopy && (s == 0 || s == pp - 1)) {
-      double embGrads = double(headParams(model, mapping.paddedVocab).perRank(tp)) * perParam.grad;
-      c.embedding.allReduce(embGrads, 2, embLink);
-    }
+  // FLOPs of the whole job: every stage's per-rank FLOPs over its tp x dp ranks.
+  for (const VirtualStageWork &w : work.virtualStages) {
+    est.modelFlops += M * w.modelFlops * double(tp * dp);
+    est.hardwareFlops += M * w.hardwareFlops * double(tp * dp);
   }
 
-  // The slowest stage paces the pipeline: M microbatches plus the bubble.
-  auto perMicrobatch = [](const StageCost &c) {
-    return c.computeSeconds + c.tp.seconds + c.pp.seconds;
-  };
-  const StageCost &critical =
-      *std::max_element(stages.begin(), stages.end(), [&](const StageCost &a, const StageCost &b) {
-        return perMicrobatch(a) < perMicrobatch(b);
-      });
-  const double pipelineScale = M * (1 + est.bubbleFraction);
-  est.computeSeconds = pipelineScale * critical.computeSeconds;
+  est.criticalStage = timeline.criticalStage();
+  est.breakdown = breakdownOf(work, timeline, est.criticalStage, M);
+  est.stepSeconds = timeline.makespan;
+  const double peak = double(world) * program.cluster.gpuFlops;
+  if (est.stepSeconds > 0) {
+    est.mfu = est.modelFlops / (est.stepSeconds * peak);
+    est.hfu = est.hardwareFlops / (est.stepSeconds * peak);
+    est.tokensPerSecond = est.tokensPerStep / est.stepSeconds;
+    if (program.train.tokens > 0)
+      est.trainSeconds = program.train.tokens / est.tokensPerSecond;
+  }
 
-  auto row = [&](const char *kind, const std::string &ops, int64_t ranks, int64_t groups,
-                 bool inter, double bytes, double seconds) {
-    GroupTraffic g;
-    g.kind = kind;
-    g.operations = ops;
-    g.ranks = ranks;
-    g.groups = groups;
-    g.interNode = inter;
-    g.bytesPerRank = bytes;
-    g.seconds = seconds;
-    est.traffic.push_back(g);
-  };
-  auto maxOver = [&](const std::function<double(const StageCost &)> &f) {
+  std::vector<StageBytes> bytes;
+  for (int64_t s = 0; s < pp; ++s)
+    bytes.push_back(stageBytes(program, mapping, work, s));
+  auto maxOver = [&](double StageBytes::*field) {
     double best = 0;
-    for (const StageCost &c : stages)
-      best = std::max(best, f(c));
+    for (const StageBytes &b : bytes)
+      best = std::max(best, b.*field);
     return best;
   };
-  const int64_t world = layout.world();
+  auto row = [&](const char *kind, std::string ops, int64_t ranks, bool inter, double sent,
+                 double seconds) {
+    est.traffic.push_back({kind, std::move(ops), ranks, world / ranks, inter, sent, seconds});
+  };
+  const bool sp = par.sequenceParallel && tp > 1;
   std::string tpOps = std::string(sp ? "all-gather + reduce-scatter" : "all-reduce") + ", " +
                       (par.recompute == Recompute::Full ? "6" : "4") + " per block per microbatch";
-  row("tp", tpOps, tp, world / tp, tpInter,
-      M * maxOver([](const StageCost &c) { return c.tp.bytes; }),
-      pipelineScale * critical.tp.seconds);
-  row("pp", "activations forward, gradients backward, per microbatch", pp, world / pp, ppInter,
-      M * maxOver([](const StageCost &c) { return c.pp.bytes; }),
-      pipelineScale * critical.pp.seconds);
+  row("tp", tpOps, tp, work.tp.crossesNodes(), maxOver(&StageBytes::tp), est.breakdown.tp);
+  row("pp", "activations forward, gradients backward, per microbatch", pp,
+      work.pp.crossesNodes(), maxOver(&StageBytes::pp), est.breakdown.pp);
   const char *dpOps = par.zero == 0   ? "gradient all-reduce"
                       : par.zero <= 2 ? "gradient reduce-scatter + weight all-gather"
                                       : "gradient reduce-scatter + weight all-gathers";
-  row("dp", dpOps, dp, world / dp, dpInter, maxOver([](const StageCost &c) { return c.dp.bytes; }),
-      maxOver([](const StageCost &c) { return c.dp.seconds; }));
-  if (tiedCopy)
-    row("embedding", "tied embedding gradient all-reduce", 2, tp * dp, embInter,
-        maxOver([](const StageCost &c) { return c.embedding.bytes; }),
-        maxOver([](const StageCost &c) { return c.embedding.seconds; }));
-
-  est.stepSeconds = est.computeSeconds;
-  for (const GroupTraffic &g : est.traffic)
-    est.stepSeconds += g.seconds;
-  est.mfu = est.modelFlops / (est.stepSeconds * double(world) * cluster.gpuFlops);
+  const StageTail &tail = timeline.tails[size_t(est.criticalStage)];
+  double embeddingSeconds = tail.embeddingSyncEnd - tail.embeddingSyncStart;
+  row("dp", dpOps, dp, work.dp.crossesNodes(), maxOver(&StageBytes::dp),
+      est.breakdown.dp - embeddingSeconds);
+  if (model.tiedHead() && pp > 1)
+    row("embedding", "tied embedding gradient all-reduce", 2, work.pp.crossesNodes(),
+        maxOver(&StageBytes::embedding), embeddingSeconds);
   return est;
+}
+
+CostEstimate estimateCost(const Program &program, const Mapping &mapping) {
+  WorkTable work = buildWorkTable(program, mapping);
+  llvm::Expected<StepTimeline> timeline = simulateStep(program, mapping, work, false);
+  if (!timeline) {
+    llvm::consumeError(timeline.takeError());
+    return {};
+  }
+  return estimateCost(program, mapping, work, *timeline);
 }
 
 } // namespace parc

@@ -15,10 +15,15 @@ namespace {
 
 using GroupFn = std::function<std::vector<int64_t>(int64_t)>;
 
-/// Every group of one kind once, in the order of its lowest-coordinate rank.
-std::vector<std::vector<int64_t>> allGroups(const RankLayout &layout, const GroupFn &groupOf) {
+/// Every group of one kind once, in the order of its lowest-coordinate rank: each is built
+/// from the rank whose coordinate along its axis is 0, so the whole list costs O(world).
+std::vector<std::vector<int64_t>> allGroups(const RankLayout &layout, Axis axis,
+                                            const GroupFn &groupOf) {
   std::vector<std::vector<int64_t>> out;
   for (int64_t rank = 0, n = layout.world(); rank < n; ++rank) {
+    Coords c = layout.coordsOf(rank);
+    if ((axis == Axis::TP ? c.tp : axis == Axis::PP ? c.pp : c.dp) != 0)
+      continue;
     std::vector<int64_t> g = groupOf(rank);
     if (!g.empty() && g.front() == rank)
       out.push_back(std::move(g));
@@ -28,18 +33,20 @@ std::vector<std::vector<int64_t>> allGroups(const RankLayout &layout, const Grou
 
 struct GroupKind {
   const char *name;
+  Axis axis; // the coordinate that varies within a group
   GroupFn groupOf;
 };
 
 std::vector<GroupKind> groupKinds(const Program &program, const Mapping &mapping) {
   const RankLayout &layout = mapping.layout;
   std::vector<GroupKind> kinds = {
-      {"tp", [&layout](int64_t r) { return layout.tpGroup(r); }},
-      {"dp", [&layout](int64_t r) { return layout.dpGroup(r); }},
-      {"pp", [&layout](int64_t r) { return layout.ppGroup(r); }},
+      {"tp", Axis::TP, [&layout](int64_t r) { return layout.tpGroup(r); }},
+      {"dp", Axis::DP, [&layout](int64_t r) { return layout.dpGroup(r); }},
+      {"pp", Axis::PP, [&layout](int64_t r) { return layout.ppGroup(r); }},
   };
   if (program.model.tiedHead() && mapping.pp > 1)
-    kinds.push_back({"embedding", [&layout](int64_t r) { return layout.embeddingGroup(r, true); }});
+    kinds.push_back(
+        {"embedding", Axis::PP, [&layout](int64_t r) { return layout.embeddingGroup(r, true); }});
   return kinds;
 }
 
@@ -127,6 +134,38 @@ std::string scheduleText(const ParallelSpec &par) {
   return s;
 }
 
+std::string duration(double seconds) {
+  if (seconds >= 2 * 86400)
+    return fmt("%.1f days", seconds / 86400);
+  if (seconds >= 2 * 3600)
+    return fmt("%.1f hours", seconds / 3600);
+  return formatQuantity(seconds, Dimension::time());
+}
+
+/// The parts of the breakdown with their names, in the order the report prints them.
+std::vector<std::pair<const char *, double>> breakdownParts(const StepBreakdown &b) {
+  return {{"compute", b.compute}, {"recompute", b.recompute}, {"bubble", b.bubble},
+          {"tp", b.tp},           {"pp", b.pp},               {"dp", b.dp},
+          {"optimizer", b.optimizer}};
+}
+
+void printStepTime(const CostEstimate &cost, const Program &program, llvm::raw_ostream &os) {
+  os << "\nstep time (simulated schedule, stage " << cost.criticalStage
+     << " finishes last; communication counted where no compute hides it):\n";
+  std::vector<std::vector<std::string>> rows = {{"part", "time", "share"}};
+  for (auto [name, seconds] : breakdownParts(cost.breakdown))
+    rows.push_back({name, formatQuantity(seconds, Dimension::time()),
+                    fmt("%.1f%%", cost.stepSeconds > 0 ? 100 * seconds / cost.stepSeconds : 0)});
+  rows.push_back({"step", formatQuantity(cost.stepSeconds, Dimension::time()), "100.0%"});
+  printTable(os, rows, "lrr");
+  os << "  MFU " << fmt("%.1f%%", 100 * cost.mfu) << ", HFU " << fmt("%.1f%%", 100 * cost.hfu)
+     << " (with recompute), " << fmt("%.0f", cost.tokensPerSecond) << " tokens/s";
+  if (cost.trainSeconds > 0)
+    os << ", " << fmt("%.3g", program.train.tokens) << " tokens in "
+       << duration(cost.trainSeconds);
+  os << "\n";
+}
+
 } // namespace
 
 void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostream &os) {
@@ -146,7 +185,7 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
   std::vector<std::vector<std::string>> rows = {
       {"group", "ranks", "groups", "rank 0's group", "link"}};
   for (const GroupKind &kind : groupKinds(program, mapping)) {
-    auto groups = allGroups(layout, kind.groupOf);
+    auto groups = allGroups(layout, kind.axis, kind.groupOf);
     std::vector<int64_t> own = kind.groupOf(0);
     rows.push_back({kind.name, std::to_string(own.size()), std::to_string(groups.size()),
                     ranksText(own),
@@ -206,10 +245,7 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
                     g.operations});
   printTable(os, rows, "lrrll");
 
-  os << "\nestimate (peak FLOP/s, alpha-beta links, no overlap of compute and communication):\n";
-  os << "  step time " << formatQuantity(cost.stepSeconds, Dimension::time()) << " (compute "
-     << formatQuantity(cost.computeSeconds, Dimension::time()) << " with the bubble), MFU "
-     << fmt("%.1f%%", 100 * cost.mfu) << "\n";
+  printStepTime(cost, program, os);
 }
 
 llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
@@ -220,7 +256,7 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
 
   llvm::json::Object groups, links;
   for (const GroupKind &kind : groupKinds(program, mapping)) {
-    auto all = allGroups(layout, kind.groupOf);
+    auto all = allGroups(layout, kind.axis, kind.groupOf);
     llvm::json::Array list;
     for (const std::vector<int64_t> &g : all)
       list.push_back(llvm::json::Array(g));
@@ -257,6 +293,11 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
                                          {"seconds", g.seconds},
                                          {"operations", g.operations}});
 
+  llvm::json::Object breakdown;
+  for (auto [name, seconds] : breakdownParts(cost.breakdown))
+    breakdown[std::string(name) + "_s"] = seconds;
+  breakdown["critical_stage"] = cost.criticalStage;
+
   const ParallelSpec &par = program.parallel;
   return llvm::json::Object{
       {"model", program.model.name},
@@ -285,9 +326,13 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
       {"step_flops", cost.modelFlops},
       {"step_flops_with_recompute", cost.hardwareFlops},
       {"communication", std::move(traffic)},
-      {"compute_time_estimate_s", cost.computeSeconds},
+      {"compute_time_estimate_s", cost.breakdown.compute + cost.breakdown.recompute},
       {"step_time_estimate_s", cost.stepSeconds},
+      {"step_time_breakdown", std::move(breakdown)},
       {"mfu_estimate", cost.mfu},
+      {"hfu_estimate", cost.hfu},
+      {"tokens_per_second", cost.tokensPerSecond},
+      {"train_time_s", cost.trainSeconds > 0 ? llvm::json::Value(cost.trainSeconds) : nullptr},
   };
 }
 

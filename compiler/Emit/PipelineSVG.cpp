@@ -34,6 +34,8 @@ struct Colour {
 // shrink to a pixel and blend.
 constexpr Colour ForwardDark{31, 95, 168}, ForwardLight{135, 190, 245};
 constexpr Colour BackwardDark{30, 120, 50}, BackwardLight{175, 215, 95};
+// After the pipeline: the data-parallel traffic purple, the optimizer step grey.
+constexpr Colour SyncColour{128, 70, 160}, OptimizerColour{110, 110, 110};
 
 Colour mix(Colour a, Colour b, double t) {
   return {a.r + (b.r - a.r) * t, a.g + (b.g - a.g) * t, a.b + (b.b - a.b) * t};
@@ -160,7 +162,7 @@ private:
         " \xC2\xB7 dp " + std::to_string(mapping.dp) + " \xC2\xB7 " + schedule + " \xC2\xB7 " +
         std::to_string(config.microbatches) + " microbatches \xC2\xB7 bubble " +
         percent(timeline.idealBubble) + " (simulated " + percent(timeline.simulatedBubble()) +
-        ") \xC2\xB7 step " + stepText.str() + " at peak FLOP/s";
+        ") \xC2\xB7 step " + stepText.str();
     os << llvm::format("<text x=\"%.0f\" y=\"%.0f\" font-size=\"18\" font-weight=\"bold\">",
                        LeftMargin, TitleY)
        << escapeXML(title) << "</text>\n";
@@ -187,6 +189,8 @@ private:
           label += " (chunk " + std::to_string(chunk) + ")";
         legendItem(cursor, hex(chunkColour(forward, chunk, chunks)), label);
       }
+    legendItem(cursor, hex(SyncColour), "data-parallel sync");
+    legendItem(cursor, hex(OptimizerColour), "optimizer");
     legendItem(cursor, "#f0f0f0", "idle (bubble) or waiting for a transfer");
     std::string note = showNumbers ? "numbers: microbatch"
                                    : "boxes too narrow for microbatch numbers; see --emit=trace";
@@ -231,7 +235,25 @@ private:
                            left + boxW / 2, top + RowHeight / 2 + 4, BoxFontSize, textColour,
                            (long long)op.microbatch);
     }
+    writeTail(stage, top);
     os << "</g>\n";
+  }
+
+  /// The stage's gradient sync, tied-embedding sync, optimizer and parameter gather.
+  void writeTail(int64_t stage, double top) {
+    const StageTail &t = timeline.tails[size_t(stage)];
+    auto box = [&](const char *cls, const char *what, double start, double end, Colour fill) {
+      if (end <= start)
+        return;
+      os << llvm::format("<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" "
+                         "height=\"%.0f\" fill=\"%s\"><title>stage %lld: %s</title></rect>\n",
+                         cls, x(start), top, x(end) - x(start), RowHeight, hex(fill).c_str(),
+                         (long long)stage, what);
+    };
+    box("sync", "gradient sync", t.gradSyncStart, t.gradSyncEnd, SyncColour);
+    box("sync", "tied embedding sync", t.embeddingSyncStart, t.embeddingSyncEnd, SyncColour);
+    box("optimizer", "optimizer", t.optimizerStart, t.optimizerEnd, OptimizerColour);
+    box("sync", "parameter all-gather", t.paramGatherStart, t.paramGatherEnd, SyncColour);
   }
 
   void writeAxis() {
@@ -240,7 +262,7 @@ private:
     os << llvm::format("<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#333333\" "
                        "stroke-width=\"1\"/>\n",
                        LeftMargin, axisY, LeftMargin + PlotWidth, axisY);
-    if (timeline.makespan > 0) {
+    if (timeline.makespan > 0 && std::isfinite(timeline.makespan)) {
       double step = tickStep(timeline.makespan * scale, 12);
       for (double tick = 0; tick <= timeline.makespan * scale * (1 + 1e-9); tick += step) {
         double tickX = x(tick / scale);

@@ -1,8 +1,10 @@
 //===- Trace.cpp - The simulated step as a Chrome trace / Perfetto JSON ---===//
 //
 // Streams the events with llvm::json::OStream: a gpt3-175b step has tens of thousands of them.
-// The transfers of one batch share their start (OpTiming), so they nest on their stage's track
-// instead of overlapping partially, which trace viewers cannot draw.
+// Each stage has a compute track (forward, backward, optimizer), a tp track (the collectives
+// each pass leaves exposed), a pp track (the pipeline transfers; those of one batch share
+// their start, so they nest instead of overlapping partially, which viewers cannot draw) and
+// a dp track (ZeRO traffic, the gradient sync, the parameter gather).
 //
 //===----------------------------------------------------------------------===//
 #include "parc/Emit/Trace.h"
@@ -94,6 +96,82 @@ std::string traceEventName(const PipeOp &op) {
   return "unknown";
 }
 
+namespace {
+
+/// Each stage has four tracks: its compute, and the tensor-, pipeline- and data-parallel
+/// communication the timeline puts on it.
+enum Track { ComputeTrack, TPTrack, PPTrack, DPTrack, TracksPerStage };
+const char *const kTrackNames[] = {"compute", "tp", "pp", "dp"};
+
+int64_t trackOf(int64_t stage, Track track) { return stage * TracksPerStage + track; }
+
+class TraceWriter {
+public:
+  TraceWriter(llvm::json::OStream &json, const PipelineConfig &config)
+      : json(json), config(config) {}
+
+  /// One slice; empty ones are left out unless they are instructions (`args` given).
+  void slice(int64_t tid, llvm::StringRef name, llvm::StringRef category, double start,
+             double end, const char *colour, const std::function<void()> &args = {}) {
+    if (end <= start && !args)
+      return;
+    json.object([&] {
+      json.attribute("name", name);
+      json.attribute("cat", category);
+      json.attribute("ph", "X");
+      json.attribute("pid", 0);
+      json.attribute("tid", tid);
+      int64_t from = nanoseconds(start), to = nanoseconds(end);
+      microseconds(json, "ts", from);
+      microseconds(json, "dur", to - from);
+      json.attribute("cname", colour);
+      if (args)
+        json.attributeObject("args", args);
+    });
+  }
+
+  void instruction(int64_t stage, const TimedOp &timed) {
+    const PipeOp &op = timed.op;
+    auto args = [&] {
+      json.attribute("chunk", op.chunk);
+      json.attribute("virtual_stage", config.virtualStageOf(stage, op.chunk));
+      json.attribute("microbatch", op.microbatch);
+      if (!op.isCompute())
+        json.attribute("peer_stage", op.peer);
+    };
+    if (!op.isCompute()) {
+      slice(trackOf(stage, PPTrack), traceEventName(op), eventCategory(op.kind), timed.start,
+            timed.end, eventColour(op.kind), args);
+      return;
+    }
+    slice(trackOf(stage, ComputeTrack), traceEventName(op), eventCategory(op.kind), timed.start,
+          timed.end, eventColour(op.kind), args);
+    // The pass's exposed collectives, drawn at its end: ZeRO traffic last, tp before it.
+    double zeroStart = timed.end - timed.zeroSeconds;
+    slice(trackOf(stage, TPTrack), "tp " + traceEventName(op), "tp",
+          zeroStart - timed.tpSeconds, zeroStart, "thread_state_iowait");
+    slice(trackOf(stage, DPTrack), "zero " + traceEventName(op), "dp", zeroStart, timed.end,
+          "thread_state_iowait");
+  }
+
+  void tail(int64_t stage, const StageTail &t) {
+    int64_t dp = trackOf(stage, DPTrack);
+    slice(dp, "gradient sync", "dp", t.gradSyncStart, t.gradSyncEnd, "thread_state_iowait");
+    slice(dp, "tied embedding sync", "dp", t.embeddingSyncStart, t.embeddingSyncEnd,
+          "thread_state_iowait");
+    slice(trackOf(stage, ComputeTrack), "optimizer", "optimizer", t.optimizerStart,
+          t.optimizerEnd, "good");
+    slice(dp, "parameter all-gather", "dp", t.paramGatherStart, t.paramGatherEnd,
+          "thread_state_iowait");
+  }
+
+private:
+  llvm::json::OStream &json;
+  const PipelineConfig &config;
+};
+
+} // namespace
+
 void writeTrace(const StepTimeline &timeline, const Program &program, const Mapping &mapping,
                 llvm::raw_ostream &os) {
   const PipelineConfig &config = timeline.config;
@@ -116,34 +194,22 @@ void writeTrace(const StepTimeline &timeline, const Program &program, const Mapp
     });
     json.attributeArray("traceEvents", [&] {
       metadata(json, "process_name", -1,
-               [&] { json.attribute("name", program.model.name + " pipeline step (simulated)"); });
-      for (int64_t stage = 0; stage < config.stages; ++stage) {
-        metadata(json, "thread_name", stage,
-                 [&] { json.attribute("name", "stage " + std::to_string(stage)); });
-        metadata(json, "thread_sort_index", stage, [&] { json.attribute("sort_index", stage); });
-      }
+               [&] { json.attribute("name", program.model.name + " training step (simulated)"); });
       for (int64_t stage = 0; stage < config.stages; ++stage)
-        for (const TimedOp &timed : timeline.stages[size_t(stage)]) {
-          const PipeOp &op = timed.op;
-          json.object([&] {
-            json.attribute("name", traceEventName(op));
-            json.attribute("cat", eventCategory(op.kind));
-            json.attribute("ph", "X");
-            json.attribute("pid", 0);
-            json.attribute("tid", stage);
-            int64_t start = nanoseconds(timed.start), end = nanoseconds(timed.end);
-            microseconds(json, "ts", start);
-            microseconds(json, "dur", end - start);
-            json.attribute("cname", eventColour(op.kind));
-            json.attributeObject("args", [&] {
-              json.attribute("chunk", op.chunk);
-              json.attribute("virtual_stage", config.virtualStageOf(stage, op.chunk));
-              json.attribute("microbatch", op.microbatch);
-              if (!op.isCompute())
-                json.attribute("peer_stage", op.peer);
-            });
-          });
+        for (int track = 0; track < TracksPerStage; ++track) {
+          int64_t tid = trackOf(stage, Track(track));
+          std::string name = "stage " + std::to_string(stage);
+          if (track != ComputeTrack)
+            name += " " + std::string(kTrackNames[track]);
+          metadata(json, "thread_name", tid, [&] { json.attribute("name", name); });
+          metadata(json, "thread_sort_index", tid, [&] { json.attribute("sort_index", tid); });
         }
+      TraceWriter writer(json, config);
+      for (int64_t stage = 0; stage < config.stages; ++stage) {
+        for (const TimedOp &timed : timeline.stages[size_t(stage)])
+          writer.instruction(stage, timed);
+        writer.tail(stage, timeline.tails[size_t(stage)]);
+      }
     });
   });
   os << "\n";

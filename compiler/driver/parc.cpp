@@ -11,7 +11,7 @@
 #include "parc/Emit/PipelineSVG.h"
 #include "parc/Emit/PlanDirectory.h"
 #include "parc/Plan/PlanStream.h"
-#include "parc/Emit/StepTimeline.h"
+#include "parc/Cost/StepTimeline.h"
 #include "parc/Emit/Trace.h"
 #include "parc/Frontend/Parser.h"
 #include "parc/Lower/Lowering.h"

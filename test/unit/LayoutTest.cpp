@@ -161,18 +161,6 @@ TEST(Bubble, OneFOneBAndInterleaved) {
   EXPECT_DOUBLE_EQ(bubbleFraction(m, ScheduleKind::OneFOneB), 0);
 }
 
-TEST(CommModel, RingFormulas) {
-  LinkSpec link{1e9, 1e-6}; // 1 GB/s, 1 us
-  // 2 (n - 1) alpha + 2 (n - 1) / n * bytes / bandwidth
-  EXPECT_DOUBLE_EQ(allReduceTime(4e6, 4, link), 6e-6 + 2 * 0.75 * 4e-3);
-  EXPECT_DOUBLE_EQ(allGatherTime(4e6, 4, link), 3e-6 + 0.75 * 4e-3);
-  EXPECT_DOUBLE_EQ(reduceScatterTime(4e6, 4, link), 3e-6 + 0.75 * 4e-3);
-  EXPECT_DOUBLE_EQ(allReduceTime(4e6, 4, link),
-                   allGatherTime(4e6, 4, link) + reduceScatterTime(4e6, 4, link));
-  EXPECT_DOUBLE_EQ(sendTime(4e6, link), 1e-6 + 4e-3);
-  EXPECT_EQ(allReduceTime(4e6, 1, link), 0);
-}
-
 /// A small model whose 8 blocks and 8 GPUs leave every rule satisfied.
 Program smallProgram() {
   Program p;

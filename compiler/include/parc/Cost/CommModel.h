@@ -1,15 +1,14 @@
-//===- CommModel.h - alpha-beta times of collectives and sends ------------===//
+//===- CommModel.h - Collectives and sends as NCCL runs them --------------===//
 //
-// The latency-bandwidth (alpha-beta) model of ring collectives, as in Thakur, Rabenseifner and
-// Gropp, "Optimization of Collective Communication Operations in MPICH" (IJHPCA 2005), and
-// NCCL's performance notes (docs/performance "bus bandwidth"). A ring over n ranks moves each
-// byte through n - 1 hops per phase; all-reduce is a reduce-scatter followed by an all-gather,
-// hence twice the steps. With alpha = link latency and beta = 1 / link bandwidth:
-//
-//   all-reduce      2 (n - 1) alpha + 2 (n - 1) / n * bytes * beta
-//   all-gather        (n - 1) alpha +   (n - 1) / n * bytes * beta
-//   reduce-scatter    (n - 1) alpha +   (n - 1) / n * bytes * beta
-//   send                      alpha +                bytes * beta
+// The communication half of the step-time model. A collective over a process group runs as
+// NCCL's ring: an all-reduce moves 2 (n - 1) / n of its buffer through every rank, an
+// all-gather or reduce-scatter (n - 1) / n, at the group's bus bandwidth, plus a base latency
+// and one link latency per ring step (NVIDIA/nccl src/graph/tuning.cc). A group inside one
+// node runs at its GPUs' NVLink (or PCIe) bandwidth. A group spanning nodes runs one ring per
+// network adapter its GPUs own on each node (rails): its bus bandwidth is the smaller of one
+// GPU's intra-node link and those adapters together, so a tp or dp group holding all 8 GPUs
+// of a node uses all 8 adapters, and a group of one GPU per node uses that GPU's share. A
+// point-to-point send (pipeline activations and gradients) crosses one link.
 //
 // `bytes` is always the size of the full buffer: the all-reduced tensor, the gathered output
 // or the reduce-scatter input. A group of one rank communicates nothing and costs 0.
@@ -18,20 +17,56 @@
 #ifndef PARC_COST_COMMMODEL_H
 #define PARC_COST_COMMMODEL_H
 
+#include "parc/Check/Mapping.h"
 #include "parc/Sema/Program.h"
 
 #include <cstdint>
 
 namespace parc {
 
-/// Seconds for a ring all-reduce of `bytes` over `ranks` ranks on `link`.
-double allReduceTime(double bytes, int64_t ranks, const LinkSpec &link);
-/// Seconds for a ring all-gather whose gathered output is `bytes`.
-double allGatherTime(double bytes, int64_t ranks, const LinkSpec &link);
-/// Seconds for a ring reduce-scatter whose input is `bytes`.
-double reduceScatterTime(double bytes, int64_t ranks, const LinkSpec &link);
-/// Seconds for one point-to-point send of `bytes` (pipeline activations and gradients).
-double sendTime(double bytes, const LinkSpec &link);
+/// Where the ranks of the widest group of one kind sit.
+struct GroupGeometry {
+  int64_t ranks = 1;
+  int64_t nodes = 1;        // nodes the group spans
+  int64_t ranksPerNode = 1; // its ranks on each of those nodes
+
+  bool crossesNodes() const { return nodes > 1; }
+};
+
+/// The geometry of the groups along `axis` (exact for layouts whose groups align with nodes,
+/// the widest spread otherwise). O(1) in the world size.
+GroupGeometry geometryOf(const RankLayout &layout, Axis axis);
+/// A group of `ranks` ranks laid out `stride` ranks apart.
+GroupGeometry geometryOf(int64_t ranks, int64_t stride, bool crossesNodes, int64_t gpusPerNode);
+
+class CommModel {
+public:
+  explicit CommModel(const ClusterSpec &cluster) : cluster(cluster) {}
+
+  double allReduce(double bytes, const GroupGeometry &group) const;
+  double allGather(double bytes, const GroupGeometry &group) const;
+  double reduceScatter(double bytes, const GroupGeometry &group) const;
+  /// One point-to-point message between two ranks, inside a node or across nodes.
+  double send(double bytes, bool interNode) const;
+
+  /// Bytes per second each rank's share of a ring moves (NCCL's "bus bandwidth").
+  double busBandwidth(const GroupGeometry &group) const;
+
+  /// NCCL's share of a link's bandwidth its rings reach: on NVLink it caps the bus bandwidth of
+  /// an A100 at 235 of 300 GB/s (tuning.cc); over InfiniBand and PCIe, assumed.
+  static constexpr double kNVLinkEfficiency = 235.0 / 300.0;
+  static constexpr double kPCIeEfficiency = 0.8;
+  static constexpr double kNetworkEfficiency = 0.9;
+  /// The fixed cost of one ring collective with the Simple protocol (tuning.cc, baseLat).
+  static constexpr double kBaseLatency = 8.4e-6;
+
+private:
+  double ringSeconds(double bytes, const GroupGeometry &group, double shareOfBuffer,
+                     double steps, double interSteps) const;
+  double intraNodeBandwidth() const;
+
+  const ClusterSpec &cluster;
+};
 
 } // namespace parc
 

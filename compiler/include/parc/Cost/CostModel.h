@@ -1,17 +1,17 @@
-//===- CostModel.h - FLOPs, communication volume and a step-time estimate -===//
+//===- CostModel.h - FLOPs, traffic and the step time of one mapping ------===//
 //
-// A first-order cost model of one training step: FLOPs after Narayanan et al. 2021 (generalised
-// to grouped-query attention and SwiGLU), the bytes each rank sends in each process group, and
-// a step time from the GPU's peak FLOP/s and the alpha-beta link model (CommModel.h) with no
-// overlap of compute and communication. It is an estimate: real kernels reach a fraction of
-// peak, and Megatron overlaps part of the data-parallel traffic. docs/memory-and-cost.md has
-// every formula.
+// The FLOPs of a step after Narayanan et al. 2021 (generalised to grouped-query attention and
+// SwiGLU), the bytes each rank sends in each process group, and the step time read off the
+// simulated timeline (StepTimeline.h) with its breakdown on the stage that finishes last:
+// compute, recomputation, pipeline bubble, the exposed tensor-, pipeline- and data-parallel
+// communication, and the optimizer step. docs/memory-and-cost.md has every formula.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PARC_COST_COSTMODEL_H
 #define PARC_COST_COSTMODEL_H
 
 #include "parc/Check/Mapping.h"
+#include "parc/Cost/StepTimeline.h"
 #include "parc/Sema/Program.h"
 
 #include <string>
@@ -33,20 +33,40 @@ struct GroupTraffic {
   int64_t groups = 0;      // groups of this kind in the job
   bool interNode = false;  // some group of this kind spans nodes
   double bytesPerRank = 0; // bytes one rank sends per step (its busiest stage)
-  double seconds = 0;      // alpha-beta time per step on the critical path
+  double seconds = 0;      // its time on the critical stage that no compute hides
+};
+
+/// Where the step time goes, on the stage that finishes last; the parts add up to the step.
+struct StepBreakdown {
+  double compute = 0;   // forward and backward kernels
+  double recompute = 0; // the forwards recomputation repeats
+  double bubble = 0;    // the stage idle in the pipeline's fill and drain
+  double tp = 0, pp = 0, dp = 0; // communication no compute hides (dp: ZeRO, gradients, tied
+                                 // embedding, parameter gather)
+  double optimizer = 0;
+
+  double total() const { return compute + recompute + bubble + tp + pp + dp + optimizer; }
 };
 
 struct CostEstimate {
   double tokensPerStep = 0;
   double modelFlops = 0;    // per step, whole job: forward + backward (3 forward passes)
   double hardwareFlops = 0; // per step, whole job: plus recomputation and the vocab padding
-  double bubbleFraction = 0;
+  double bubbleFraction = 0; // the schedule's (pp - 1) / (chunks x M)
   std::vector<GroupTraffic> traffic;
-  double computeSeconds = 0; // the busiest stage's compute per step at peak, bubble included
-  double stepSeconds = 0;    // estimate: compute + tp + pp + dp + embedding sync, no overlap
-  double mfu = 0;            // model FLOPs / (step time * world * peak)
+  StepBreakdown breakdown;
+  int64_t criticalStage = 0;
+  double stepSeconds = 0;
+  double mfu = 0;            // model FLOPs / (step time x world x peak)
+  double hfu = 0;            // hardware FLOPs / (step time x world x peak)
+  double tokensPerSecond = 0;
+  double trainSeconds = 0;   // train.tokens at this rate; 0 when train.tokens is not given
 };
 
+CostEstimate estimateCost(const Program &program, const Mapping &mapping,
+                          const WorkTable &work, const StepTimeline &timeline);
+/// Builds the work table and simulates the step; an internal error of the schedule
+/// simulation leaves the estimate empty (stepSeconds 0).
 CostEstimate estimateCost(const Program &program, const Mapping &mapping);
 
 } // namespace parc

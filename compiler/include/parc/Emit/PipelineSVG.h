@@ -10,7 +10,7 @@
 #ifndef PARC_EMIT_PIPELINESVG_H
 #define PARC_EMIT_PIPELINESVG_H
 
-#include "parc/Emit/StepTimeline.h"
+#include "parc/Cost/StepTimeline.h"
 
 #include "llvm/Support/raw_ostream.h"
 

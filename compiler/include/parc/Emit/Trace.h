@@ -8,7 +8,7 @@
 #ifndef PARC_EMIT_TRACE_H
 #define PARC_EMIT_TRACE_H
 
-#include "parc/Emit/StepTimeline.h"
+#include "parc/Cost/StepTimeline.h"
 
 #include "llvm/Support/raw_ostream.h"
 

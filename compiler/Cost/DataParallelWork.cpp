@@ -1,0 +1,93 @@
+//===- DataParallelWork.cpp - Gradient sync, ZeRO traffic, optimizer ------===//
+//
+// What each ZeRO stage sends over the data-parallel group (Rajbhandari et al. 2020, section
+// 7; DeepSpeed's and Megatron's implementations):
+//   zero 0  all-reduce of the gradients once per step;
+//   zero 1  reduce-scatter of the gradients once per step, all-gather of the updated weights
+//           (Megatron's distributed optimizer);
+//   zero 2  reduce-scatter of each microbatch's gradients in its backward (the gradients are
+//           kept sharded), all-gather of the updated weights once per step;
+//   zero 3  all-gather of the weights before each microbatch's forward and again before its
+//           backward, reduce-scatter of its gradients; prefetched one layer ahead, so only
+//           what the pass's compute cannot cover shows, plus the first layer's gather.
+// Gradients travel in train.grad_dtype, weights in the model's dtype.
+//
+//===----------------------------------------------------------------------===//
+#include "parc/Cost/GPUModel.h"
+#include "parc/Cost/MemoryModel.h"
+#include "parc/Cost/StageWork.h"
+
+#include <algorithm>
+
+namespace parc {
+
+namespace {
+/// The part of a pass's per-layer traffic (`comm` for all its layers) that the pass's
+/// `compute` cannot hide when each layer's collective is prefetched behind the previous
+/// layer's compute: the excess, and the first layer's, which nothing precedes.
+double prefetched(double comm, double compute, double layers) {
+  if (comm <= 0)
+    return 0;
+  return std::max(0.0, comm - compute) + comm / std::max(1.0, layers);
+}
+
+/// One collective per layer: `layers` collectives of bytes / layers each.
+double perLayer(double (CommModel::*op)(double, const GroupGeometry &) const,
+                const CommModel &comm, double bytes, const GroupGeometry &group, double layers) {
+  double n = std::max(1.0, layers);
+  return n * (comm.*op)(bytes / n, group);
+}
+} // namespace
+
+void addDataParallelWork(const Program &program, const Mapping &mapping, const CommModel &comm,
+                         WorkTable &table) {
+  const ParallelSpec &par = program.parallel;
+  const ModelSpec &model = program.model;
+  const int zero = mapping.dp > 1 ? par.zero : 0;
+  const double weightBytes = double(bytesPerElement(model.dtype));
+  const double gradBytes = double(bytesPerElement(program.train.gradDtype));
+  const GroupGeometry &dp = table.dp;
+
+  for (VirtualStageWork &w : table.virtualStages) {
+    const double layers = double(w.lastBlock - w.firstBlock);
+    const double gather = perLayer(&CommModel::allGather, comm, w.params * weightBytes, dp, layers);
+    const double scatter =
+        perLayer(&CommModel::reduceScatter, comm, w.params * gradBytes, dp, layers);
+    if (zero == 3) {
+      w.forward.zero = prefetched(gather, w.forward.compute(), layers);
+      w.backward.zero = prefetched(gather + scatter,
+                                   w.backward.compute() + w.recompute.compute(), layers);
+    } else if (zero == 2) {
+      w.backward.zero = par.overlapGradReduce
+                            ? prefetched(scatter, w.backward.compute(), layers)
+                            : scatter;
+    }
+  }
+
+  const int64_t pp = mapping.pp;
+  const GPUModel gpu(program.cluster, model.dtype);
+  const double optimizerBytes = optimizerBytesPerParam(program);
+  table.stages.assign(size_t(pp), {});
+  for (int64_t s = 0; s < pp; ++s) {
+    StageWork &stage = table.stages[size_t(s)];
+    for (const VirtualStageWork *w : table.chunksOf(s))
+      stage.params += w->params;
+    const double grads = stage.params * gradBytes, weights = stage.params * weightBytes;
+    if (zero == 0)
+      stage.gradSync = comm.allReduce(grads, dp);
+    else if (zero == 1)
+      stage.gradSync = comm.reduceScatter(grads, dp);
+    if (zero == 1 || zero == 2)
+      stage.paramGather = comm.allGather(weights, dp);
+    const double shard = zero >= 1 ? stage.params / double(mapping.dp) : stage.params;
+    stage.optimizer = gpu.memorySeconds(optimizerBytes * shard, 4);
+    const bool embeddingStage = s == 0 || s == pp - 1;
+    if (model.tiedHead() && pp > 1 && embeddingStage) {
+      double embedding = double(headParams(model, mapping.paddedVocab).perRank(mapping.tp));
+      GroupGeometry pair = geometryOf(2, 1, table.pp.crossesNodes(), 1);
+      stage.embeddingSync = comm.allReduce(embedding * gradBytes, pair);
+    }
+  }
+}
+
+} // namespace parc

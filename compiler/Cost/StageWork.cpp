@@ -1,0 +1,299 @@
+//===- StageWork.cpp - What each pipeline stage does in one step ----------===//
+//
+// The ops of a block follow Megatron-LM's transformer layer (and the lowering): norm, q/k/v
+// projection (column-parallel), attention core, output projection (row-parallel), the
+// tensor-parallel reduction, bias-dropout-add, norm, MLP up (and gate), activation, MLP down,
+// reduction, bias-dropout-add. Shapes are per tensor-parallel rank; T = micro_batch x seq
+// tokens, of which a sequence-parallel rank holds T / tp outside the GEMMs.
+//
+//===----------------------------------------------------------------------===//
+#include "parc/Cost/StageWork.h"
+#include "parc/Cost/CostModel.h"
+#include "parc/Cost/GPUModel.h"
+#include "parc/Cost/MemoryModel.h"
+
+#include <algorithm>
+
+namespace parc {
+
+PassTime &PassTime::operator+=(const PassTime &o) {
+  gemm += o.gemm;
+  attention += o.attention;
+  memory += o.memory;
+  tp += o.tp;
+  zero += o.zero;
+  return *this;
+}
+
+PassTime PassTime::scaled(double k) const {
+  PassTime p = *this;
+  p.gemm *= k;
+  p.attention *= k;
+  p.memory *= k;
+  p.tp *= k;
+  p.zero *= k;
+  return p;
+}
+
+std::vector<const VirtualStageWork *> WorkTable::chunksOf(int64_t stage) const {
+  std::vector<const VirtualStageWork *> out;
+  int64_t pp = int64_t(stages.size());
+  for (size_t v = size_t(stage); v < virtualStages.size(); v += size_t(pp))
+    out.push_back(&virtualStages[v]);
+  return out;
+}
+
+double optimizerBytesPerParam(const Program &program) {
+  const bool mixed = program.model.dtype != DType::FP32;
+  const double grad = double(bytesPerElement(program.train.gradDtype));
+  // Norm over the gradients, then their scaling by the clip factor.
+  double bytes = grad + (program.train.gradClip > 0 ? 2 * grad : 0);
+  // The update reads the gradient and reads and writes the fp32 weights and each moment.
+  int moments = program.train.optimizer == Optimizer::Adam ? 2
+                : program.train.momentum != 0             ? 1
+                                                          : 0;
+  bytes += grad + 8 + 8 * moments;
+  // Mixed precision copies the fp32 master weights back to the model's dtype.
+  if (mixed)
+    bytes += 4 + double(bytesPerElement(program.model.dtype));
+  return bytes;
+}
+
+namespace {
+
+/// The passes of one transformer block, and of the part selective recompute repeats.
+struct BlockPasses {
+  PassTime forward, backward, attentionCore;
+};
+
+/// Everything the per-op formulas need, derived once per mapping.
+struct WorkContext {
+  const Program &program;
+  const Mapping &mapping;
+  GPUModel gpu;
+  CommModel comm;
+  GroupGeometry tpGroup;
+  double tokens, seq, tp, e;
+  bool sp;
+
+  WorkContext(const Program &program, const Mapping &mapping)
+      : program(program), mapping(mapping), gpu(program.cluster, program.model.dtype),
+        comm(program.cluster), tpGroup(geometryOf(mapping.layout, Axis::TP)),
+        tokens(double(mapping.microBatch) * double(program.model.seq)),
+        seq(double(program.model.seq)), tp(double(mapping.tp)),
+        e(double(bytesPerElement(program.model.dtype))),
+        sp(program.parallel.sequenceParallel && mapping.tp > 1) {}
+
+  /// Tokens a rank holds outside the tensor-parallel GEMMs.
+  double localTokens() const { return sp ? tokens / tp : tokens; }
+  /// One reduction of the activations between the row-parallel GEMM and the next norm:
+  /// an all-reduce, or with sequence parallelism a reduce-scatter now and an all-gather
+  /// before the next column-parallel GEMM (the same ring volume).
+  double activationReduction() const {
+    double bytes = e * tokens * double(program.model.hidden);
+    if (sp)
+      return comm.reduceScatter(bytes, tpGroup) + comm.allGather(bytes, tpGroup);
+    return comm.allReduce(bytes, tpGroup);
+  }
+  /// A GEMM of the forward, m x n x k, with its two backward GEMMs: the input gradient
+  /// (m x k x n) and the weight gradient (k x n x m).
+  void linear(double m, double n, double k, BlockPasses &p) const {
+    p.forward.gemm += gpu.gemmSeconds(m, n, k);
+    p.backward.gemm += gpu.gemmSeconds(m, k, n) + gpu.gemmSeconds(k, n, m);
+  }
+  /// A memory-bound kernel moving `bytes` forward; its backward moves about twice as much
+  /// (the incoming gradient and the saved input in, the input gradient out).
+  void elementwise(double bytes, double kernels, BlockPasses &p) const {
+    p.forward.memory += gpu.memorySeconds(bytes, kernels);
+    p.backward.memory += gpu.memorySeconds(2 * bytes, 2 * kernels);
+  }
+  /// Tensor-parallel collectives overlap the pass's GEMMs only with tp_comm_overlap.
+  double exposedTP(double seconds, double gemm) const {
+    return program.parallel.tpCommOverlap ? std::max(0.0, seconds - gemm) : seconds;
+  }
+};
+
+void attentionCore(const WorkContext &c, const ModelSpec &model, const LayerGroup &block,
+                   BlockPasses &p) {
+  const double b = double(c.mapping.microBatch), s = c.seq, e = c.e;
+  const double d = double(headDim(model, block));
+  const double heads = double(block.heads) / c.tp; // query heads on one rank
+  if (model.attention == Attention::Flash) {
+    // QK^T and PV over the causal half the kernel visits; the backward recomputes the
+    // scores and runs five products for the forward's two.
+    double flops = 2 * 2 * b * heads * s * s * d * 0.5;
+    p.attentionCore.attention += c.gpu.flashSeconds(flops, s, false);
+    p.backward.attention += c.gpu.flashSeconds(2.5 * flops, s, true);
+    return;
+  }
+  // Megatron's unfused core: batched QK^T and PV over the whole s x s (no causal skip), the
+  // fused scale-mask-softmax, and dropout on the probabilities.
+  const double batch = b * heads, scores = batch * s * s;
+  double gemm = c.gpu.gemmSeconds(s, s, d, batch) + c.gpu.gemmSeconds(s, d, s, batch);
+  double backwardGemm = c.gpu.gemmSeconds(s, d, s, batch) + c.gpu.gemmSeconds(s, s, d, batch) +
+                        c.gpu.gemmSeconds(s, s, d, batch) + c.gpu.gemmSeconds(d, s, s, batch);
+  double softmax = 2 * e * scores, softmaxBackward = 3 * e * scores;
+  double kernels = 1;
+  if (model.dropout > 0) {
+    softmax += (2 * e + 1) * scores;
+    softmaxBackward += (2 * e + 1) * scores;
+    kernels = 2;
+  }
+  p.attentionCore.attention += gemm;
+  p.attentionCore.memory += c.gpu.memorySeconds(softmax, kernels);
+  p.backward.attention += backwardGemm;
+  p.backward.memory += c.gpu.memorySeconds(softmaxBackward, kernels);
+}
+
+BlockPasses blockPasses(const WorkContext &c, const LayerGroup &block) {
+  const ModelSpec &model = c.program.model;
+  const double T = c.tokens, local = c.localTokens(), h = double(model.hidden), e = c.e;
+  const double d = double(headDim(model, block));
+  const double qRank = double(block.heads) * d / c.tp;
+  // Key/value heads split over tp, or one whole head per rank when there are fewer.
+  const double kvRank = block.kvHeads >= c.mapping.tp ? double(block.kvHeads) * d / c.tp : d;
+  const double fRank = double(block.ffn) / c.tp;
+  const bool swiglu = block.mlp == MLPKind::SwiGLU;
+  const double mask = model.dropout > 0 ? 1 : 0; // dropout's 1-byte mask per element
+
+  BlockPasses p;
+  c.elementwise(2 * e * local * h, 1, p); // input norm
+  c.linear(T, qRank + 2 * kvRank, h, p);  // q, k, v
+  if (model.position == Position::RoPE)
+    c.elementwise(2 * e * T * (qRank + kvRank), 1, p);
+  attentionCore(c, model, block, p);
+  p.forward += p.attentionCore;
+  c.linear(T, h, qRank, p);                           // output projection
+  c.elementwise((3 * e + mask) * local * h, 1, p);    // bias, dropout, residual add
+  c.elementwise(2 * e * local * h, 1, p);             // post-attention norm
+  c.linear(T, (swiglu ? 2 : 1) * fRank, h, p);        // MLP up (and gate)
+  c.elementwise((swiglu ? 3 : 2) * e * T * fRank, 1, p); // bias-GeLU or SwiGLU
+  c.linear(T, h, fRank, p);                           // MLP down
+  c.elementwise((3 * e + mask) * local * h, 1, p);    // bias, dropout, residual add
+
+  // Two reductions a pass: after attention and after the MLP (their transposes backward).
+  double reductions = 2 * c.activationReduction();
+  p.forward.tp = c.exposedTP(reductions, p.forward.gemm);
+  p.backward.tp = c.exposedTP(reductions, p.backward.gemm);
+  return p;
+}
+
+/// The embedding lookup on the first virtual stage: a vocab-parallel gather whose partial
+/// rows are all-reduced (reduce-scattered with sequence parallelism), learned positions
+/// added, dropout; its backward accumulates rows into the fp32 gradient.
+PassTime embeddingForward(const WorkContext &c, PassTime &backward) {
+  const ModelSpec &model = c.program.model;
+  const double h = double(model.hidden), T = c.tokens, e = c.e;
+  PassTime f;
+  double bytes = 2 * e * T * h;
+  if (model.position == Position::Learned)
+    bytes += 2 * e * T * h;
+  if (model.dropout > 0)
+    bytes += (2 * e + 1) * c.localTokens() * h;
+  f.memory = c.gpu.memorySeconds(bytes, 2);
+  backward.memory += c.gpu.memorySeconds((e + 8) * T * h, 2);
+  double act = e * T * h;
+  f.tp = c.sp ? c.comm.reduceScatter(act, c.tpGroup) : c.comm.allReduce(act, c.tpGroup);
+  if (c.sp)
+    backward.tp += c.comm.allGather(act, c.tpGroup);
+  return f;
+}
+
+/// The final norm, the vocab-parallel head and the fp32 cross entropy on the last virtual
+/// stage, with three small all-reduces (max, target logit, sum of exponentials).
+PassTime headForward(const WorkContext &c, PassTime &backward) {
+  const ModelSpec &model = c.program.model;
+  const double h = double(model.hidden), T = c.tokens, e = c.e;
+  const double vRank = double(c.mapping.paddedVocab) / c.tp;
+  PassTime f;
+  f.memory = c.gpu.memorySeconds(2 * e * c.localTokens() * h) +
+             c.gpu.memorySeconds((e + 3 * 4) * T * vRank, 3);
+  f.gemm = c.gpu.gemmSeconds(T, vRank, h);
+  backward.memory += c.gpu.memorySeconds(4 * e * c.localTokens() * h) +
+                     c.gpu.memorySeconds((4 + e) * T * vRank);
+  backward.gemm += c.gpu.gemmSeconds(T, h, vRank) + c.gpu.gemmSeconds(h, vRank, T);
+  double act = e * T * h;
+  f.tp = 3 * c.comm.allReduce(4 * T, c.tpGroup) + (c.sp ? c.comm.allGather(act, c.tpGroup) : 0);
+  backward.tp += c.sp ? c.comm.reduceScatter(act, c.tpGroup) : c.comm.allReduce(act, c.tpGroup);
+  return f;
+}
+
+/// Forward FLOPs of one token through the last virtual stage's head.
+double headFlopsPerToken(const ModelSpec &model, int64_t vocab) {
+  return 2 * double(model.hidden) * double(vocab);
+}
+
+} // namespace
+
+WorkTable buildWorkTable(const Program &program, const Mapping &mapping) {
+  const ModelSpec &model = program.model;
+  const ParallelSpec &par = program.parallel;
+  WorkContext c(program, mapping);
+  WorkTable table;
+  table.tp = c.tpGroup;
+  table.dp = geometryOf(mapping.layout, Axis::DP);
+  table.pp = geometryOf(mapping.layout, Axis::PP);
+  const int64_t pp = mapping.pp, virtualStages = pp * mapping.chunks;
+
+  // Blocks of one layer group share their passes: compute each group's once.
+  std::vector<BlockPasses> groupPasses;
+  std::vector<const LayerGroup *> groups;
+  auto passesOf = [&](const LayerGroup &g) -> const BlockPasses & {
+    for (size_t i = 0; i < groups.size(); ++i)
+      if (groups[i] == &g)
+        return groupPasses[i];
+    groups.push_back(&g);
+    groupPasses.push_back(blockPasses(c, g));
+    return groupPasses.back();
+  };
+
+  table.virtualStages.resize(size_t(virtualStages));
+  for (int64_t v = 0; v < virtualStages; ++v) {
+    VirtualStageWork &w = table.virtualStages[size_t(v)];
+    auto [first, last] = mapping.partition.blocks[size_t(v)];
+    w.firstBlock = first;
+    w.lastBlock = last;
+    double flops = 0, recomputed = 0;
+    for (int64_t i = first; i < last; ++i) {
+      const LayerGroup &g = model.blockGroup(i);
+      const BlockPasses &p = passesOf(g);
+      w.forward += p.forward;
+      w.backward += p.backward;
+      if (par.recompute == Recompute::Full)
+        w.recompute += p.forward;
+      else if (par.recompute == Recompute::Selective)
+        w.recompute += p.attentionCore;
+      flops += blockForwardFlopsPerToken(model, g);
+      if (par.recompute == Recompute::Full)
+        recomputed += blockForwardFlopsPerToken(model, g);
+      else if (par.recompute == Recompute::Selective)
+        recomputed += attentionCoreFlopsPerToken(model, g);
+      w.params += double(blockParams(model, g).perRank(mapping.tp));
+    }
+    double modelFlops = 3 * flops, hardwareFlops = 3 * flops + recomputed;
+    if (v == 0) {
+      w.forward += embeddingForward(c, w.backward);
+      w.params += double(embeddingParams(model, mapping.paddedVocab).perRank(mapping.tp));
+    }
+    if (v == virtualStages - 1) {
+      w.forward += headForward(c, w.backward);
+      w.params += double(finalNormParams(model).perRank(mapping.tp));
+      if (!model.tiedHead() || pp > 1)
+        w.params += double(headParams(model, mapping.paddedVocab).perRank(mapping.tp));
+      modelFlops += 3 * headFlopsPerToken(model, model.vocab);
+      hardwareFlops += 3 * headFlopsPerToken(model, mapping.paddedVocab);
+    }
+    w.modelFlops = modelFlops * c.tokens / c.tp;
+    w.hardwareFlops = hardwareFlops * c.tokens / c.tp;
+  }
+
+  if (pp > 1) {
+    // Each tp rank sends its 1/tp slice (sequence parallel, or Megatron's scatter/gather).
+    table.messageBytes = c.e * c.tokens * double(model.hidden) / c.tp;
+    table.transferSeconds = c.comm.send(table.messageBytes, table.pp.crossesNodes());
+  }
+  addDataParallelWork(program, mapping, c.comm, table);
+  return table;
+}
+
+} // namespace parc
