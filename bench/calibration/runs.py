@@ -202,8 +202,11 @@ class Row:
         self.recompute = recompute_of(par, self.year)
         self.sp = bool(par.get("sequence_parallel")) or "sequence" in lower_join(par.get("tp_comm"))
         self.zero = zero_of(par)
-        self.dtype = "fp16" if "fp16" in lower_join(self.raw.get("precision"), par.get("precision"),
-                                                        hw.get("precision")) else "bf16"
+        precision = lower_join(self.raw.get("precision"), par.get("precision"),
+                               hw.get("precision"), par.get("mixed_precision"))
+        self.dtype = "fp16" if "fp16" in precision else "bf16"
+        # FSDP's PURE mixed precision (and DeepSpeed's bf16 gradients) reduce in the dtype.
+        self.grad_dtype = "bf16" if "pure" in precision or "bf16 grad" in precision else "fp32"
         # Megatron's GPT of 2021-2022 used its unfused softmax attention and dropout 0.1.
         attn = lower_join(par.get("attention"), model.get("attention"), self.raw.get("notes"))
         old = self.year is not None and self.year <= 2022
@@ -276,7 +279,8 @@ class Row:
               f"  micro_batch = {micro_batch}; global_batch = {self.global_batch}",
               f"  schedule = {schedule}; zero = {self.zero}; recompute = {recompute}",
               f"  sequence_parallel = {'true' if self.sp and self.tp > 1 else 'false'}",
-              "}"]
+              "}",
+              f"train {{ grad_dtype = {self.grad_dtype} }}"]
         return "\n".join(m) + "\n"
 
 

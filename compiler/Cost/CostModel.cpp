@@ -108,7 +108,9 @@ StepBreakdown breakdownOf(const WorkTable &work, const StepTimeline &timeline, i
     busy += microbatches * (w->forwardSeconds() + w->backwardSeconds());
   }
   const StageTail &tail = timeline.tails[size_t(stage)];
-  double idle = std::max(0.0, tail.pipelineEnd - busy);
+  // Summing thousands of passes leaves rounding noise where the pipeline has no idle time.
+  double idle = tail.pipelineEnd - busy;
+  idle = idle > 1e-9 * tail.pipelineEnd ? idle : 0;
   b.pp = std::min(idle, std::max(0.0, timeline.pipelineMakespan -
                                           timeline.pipelineWithoutTransfers));
   b.bubble = idle - b.pp;

@@ -24,11 +24,13 @@ namespace parc {
 namespace {
 /// The part of a pass's per-layer traffic (`comm` for all its layers) that the pass's
 /// `compute` cannot hide when each layer's collective is prefetched behind the previous
-/// layer's compute: the excess, and the first layer's, which nothing precedes.
+/// layer's compute: the excess, the first layer's, which nothing precedes, and the compute the
+/// overlapped part slows down (CommModel::kOverlapSlowdown).
 double prefetched(double comm, double compute, double layers) {
   if (comm <= 0)
     return 0;
-  return std::max(0.0, comm - compute) + comm / std::max(1.0, layers);
+  return std::max(0.0, comm - compute) + comm / std::max(1.0, layers) +
+         CommModel::kOverlapSlowdown * std::min(comm, compute);
 }
 
 /// One collective per layer: `layers` collectives of bytes / layers each.

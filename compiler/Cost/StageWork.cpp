@@ -122,8 +122,8 @@ void attentionCore(const WorkContext &c, const ModelSpec &model, const LayerGrou
     // QK^T and PV over the causal half the kernel visits; the backward recomputes the
     // scores and runs five products for the forward's two.
     double flops = 2 * 2 * b * heads * s * s * d * 0.5;
-    p.attentionCore.attention += c.gpu.flashSeconds(flops, s, false);
-    p.backward.attention += c.gpu.flashSeconds(2.5 * flops, s, true);
+    p.attentionCore.attention += c.gpu.flashSeconds(flops, s, d, false);
+    p.backward.attention += c.gpu.flashSeconds(2.5 * flops, s, d, true);
     return;
   }
   // Megatron's unfused core: batched QK^T and PV over the whole s x s (no causal skip), the

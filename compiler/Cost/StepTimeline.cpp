@@ -118,7 +118,9 @@ void simulateTail(const Program &program, const WorkTable &work, int64_t stage,
     stream = tail.gradSyncStart = ready.front().first;
     for (auto [at, seconds] : ready)
       stream = std::max(stream, at) + seconds;
-    stream = std::max(stream, tail.pipelineEnd);
+    // The part that ran beside the backward slowed it (CommModel::kOverlapSlowdown).
+    double overlapped = std::max(0.0, std::min(stream, tail.pipelineEnd) - tail.gradSyncStart);
+    stream = std::max(stream, tail.pipelineEnd) + CommModel::kOverlapSlowdown * overlapped;
   } else {
     stream += sw.gradSync;
   }

@@ -59,6 +59,10 @@ public:
   static constexpr double kNetworkEfficiency = 0.9;
   /// The fixed cost of one ring collective with the Simple protocol (tuning.cc, baseLat).
   static constexpr double kBaseLatency = 8.4e-6;
+  /// A collective that runs beside compute is not free: its kernels hold SMs (NCCL's ring
+  /// channels, 16 of an A100's 108 with NVLink) and HBM bandwidth while they run, so the
+  /// compute they overlap is slowed by about that share.
+  static constexpr double kOverlapSlowdown = 0.15;
 
 private:
   double ringSeconds(double bytes, const GroupGeometry &group, double shareOfBuffer,

@@ -37,8 +37,8 @@ public:
   double gemmSeconds(double m, double n, double k, double batch = 1) const;
   /// The share of the dense peak such a GEMM reaches (FLOPs / (seconds x peak)).
   double gemmEfficiency(double m, double n, double k, double batch = 1) const;
-  /// Seconds of a FlashAttention pass of `flops` whose sequence has `seq` keys.
-  double flashSeconds(double flops, double seq, bool backward) const;
+  /// Seconds of a FlashAttention pass of `flops` over `seq` keys with heads of size `head`.
+  double flashSeconds(double flops, double seq, double head, bool backward) const;
   /// Seconds of `kernels` memory-bound kernels moving `bytes` in all.
   double memorySeconds(double bytes, double kernels = 1) const;
 
