@@ -33,12 +33,15 @@ expr        : '(' expr ')'                          # parenExpr
             | expr op=('*' | '/') expr              # mulExpr
             | expr op=('+' | '-') expr              # addExpr
             | NUMBER unit?                          # numberExpr
-            | name '(' (field (',' field)*)? ')'    # callExpr
+            | name '(' (callArg (',' callArg)*)? ')' # callExpr
             | name ('.' name)*                      # refExpr
             | '[' (expr (',' expr)*)? ']'           # listExpr
             | STRING                                # stringExpr
             ;
 unit        : RATE_UNIT | name ;
+// A call takes named arguments (`interleaved(chunks = 2)`) or values, each with an optional
+// bound (`auto(1, 2, 4)`, `auto(<= 16)`).
+callArg     : field | cmp=('<=' | '>=' | '<' | '>')? expr ;
 
 // Keywords are soft: a name may be `layer` or `x`. Block keywords (model, cluster, parallel,
 // for, on, train) are plain identifiers, checked by the AST builder. `1f1b` is a name although

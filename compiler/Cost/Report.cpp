@@ -336,4 +336,74 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
   };
 }
 
+void printComparison(const std::vector<std::pair<Program, Mapping>> &jobs,
+                     llvm::raw_ostream &os) {
+  std::vector<std::vector<std::string>> rows = {{"mapping"}};
+  auto add = [&](const char *label, const std::function<std::string(const Program &,
+                                                                    const Mapping &,
+                                                                    const CostEstimate &,
+                                                                    const MemoryEstimate &)> &cell) {
+    rows.push_back({label});
+    for (const auto &[program, mapping] : jobs) {
+      (void)program;
+      rows.back().push_back("");
+    }
+    return std::make_pair(rows.size() - 1, cell);
+  };
+  std::vector<std::pair<size_t, std::function<std::string(const Program &, const Mapping &,
+                                                          const CostEstimate &,
+                                                          const MemoryEstimate &)>>>
+      fields;
+  using P = const Program &;
+  using M = const Mapping &;
+  using C = const CostEstimate &;
+  using E = const MemoryEstimate &;
+  fields.push_back(add("tp x pp x dp", [](P, M m, C, E) {
+    return std::to_string(m.tp) + " x " + std::to_string(m.pp) + " x " + std::to_string(m.dp);
+  }));
+  fields.push_back(add("micro_batch, M", [](P, M m, C, E) {
+    return std::to_string(m.microBatch) + ", " + std::to_string(m.microbatches);
+  }));
+  fields.push_back(add("schedule", [](P p, M, C, E) { return scheduleText(p.parallel); }));
+  fields.push_back(add("zero, recompute", [](P p, M, C, E) {
+    return std::to_string(p.parallel.zero) + ", " + toString(p.parallel.recompute) +
+           (p.parallel.sequenceParallel ? ", sp" : "");
+  }));
+  fields.push_back(add("largest rank", [](P, M, C, E mem) {
+    return formatBytes(mem.maxRankBytes()) + (mem.fits() ? "" : " (does not fit)");
+  }));
+  for (const char *part : {"compute", "recompute", "bubble", "tp", "pp", "dp", "optimizer"})
+    fields.push_back(add(part, [part](P, M, C c, E) {
+      for (auto [name, seconds] : breakdownParts(c.breakdown))
+        if (llvm::StringRef(name) == part)
+          return formatQuantity(seconds, Dimension::time());
+      return std::string();
+    }));
+  fields.push_back(
+      add("step", [](P, M, C c, E) { return formatQuantity(c.stepSeconds, Dimension::time()); }));
+  fields.push_back(add("MFU", [](P, M, C c, E) { return fmt("%.1f%%", 100 * c.mfu); }));
+  fields.push_back(
+      add("tokens/s", [](P, M, C c, E) { return fmt("%.0f", c.tokensPerSecond); }));
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const auto &[program, mapping] = jobs[j];
+    rows[0].push_back(program.parallel.name.empty() ? "(unnamed)" : program.parallel.name);
+    CostEstimate cost = estimateCost(program, mapping);
+    MemoryEstimate memory = estimateMemory(program, mapping);
+    for (auto &[index, cell] : fields)
+      rows[index][j + 1] = cell(program, mapping, cost, memory);
+  }
+  os << "mappings of " << (jobs.empty() ? "" : jobs.front().first.model.name) << " side by side:\n";
+  printTable(os, rows, "l" + std::string(jobs.size(), 'r'));
+}
+
+llvm::json::Value comparisonToJSON(const std::vector<std::pair<Program, Mapping>> &jobs) {
+  llvm::json::Array list;
+  for (const auto &[program, mapping] : jobs) {
+    llvm::json::Value report = reportToJSON(program, mapping);
+    report.getAsObject()->try_emplace("mapping", program.parallel.name);
+    list.push_back(std::move(report));
+  }
+  return llvm::json::Object{{"mappings", std::move(list)}};
+}
+
 } // namespace parc

@@ -208,6 +208,42 @@ llvm::Expected<StepTimeline> simulateStep(const Program &program, const Mapping 
   return simulateStep(program, mapping, buildWorkTable(program, mapping), true);
 }
 
+double stepLowerBound(const Program &program, const Mapping &mapping, const WorkTable &work) {
+  const ParallelSpec &par = program.parallel;
+  const int64_t pp = mapping.pp;
+  const double M = double(mapping.microbatches), c = work.transferSeconds;
+  // Chunk 0's virtual stage s sits on stage s: the first forward reaches stage s, and the last
+  // backward leaves it, through virtual stages 0 .. s - 1.
+  double ramp = 0, back = 0, bound = 0;
+  double pipelineEnd0 = 0; // stage 0 cannot finish before the last gradient came back
+  std::vector<double> stageEnd(size_t(pp), 0);
+  for (int64_t s = 0; s < pp; ++s) {
+    double busy = 0;
+    for (const VirtualStageWork *w : work.chunksOf(s))
+      busy += M * (w->forwardSeconds() + w->backwardSeconds());
+    stageEnd[size_t(s)] = ramp + busy;
+    pipelineEnd0 = std::max(pipelineEnd0, ramp + busy + back);
+    const VirtualStageWork &first = work.virtualStages[size_t(s)];
+    ramp += first.forwardSeconds() + c;
+    back += first.backwardSeconds() + c;
+  }
+  stageEnd[0] = std::max(stageEnd[0], pipelineEnd0);
+  for (int64_t s = 0; s < pp; ++s) {
+    const StageWork &sw = work.stages[size_t(s)];
+    double gather = sw.paramGather;
+    if (par.overlapParamGather) {
+      double firstForward = 0;
+      for (const VirtualStageWork *w : work.chunksOf(s))
+        firstForward += w->forwardSeconds();
+      gather = std::max(0.0, gather - firstForward);
+    }
+    double tail = (par.overlapGradReduce ? 0 : sw.gradSync) + sw.embeddingSync + sw.optimizer +
+                  gather;
+    bound = std::max(bound, stageEnd[size_t(s)] + tail);
+  }
+  return bound;
+}
+
 double StepTimeline::busySeconds(int64_t stage) const {
   // Every (chunk, microbatch) runs one forward and one backward on its stage.
   double busy = 0;

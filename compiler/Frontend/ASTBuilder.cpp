@@ -172,12 +172,20 @@ bool ASTBuilder::quotedPath(P::IncludeDeclContext *inc) {
   return false;
 }
 
-/// Reads `model NAME`, `cluster NAME`, `parallel for MODEL on CLUSTER` or `train` into
+/// Reads `model NAME`, `cluster NAME`, `parallel [NAME] for MODEL on CLUSTER` or `train` into
 /// `block`. Reports the first thing wrong with the header, and returns true when the intent
 /// is still clear (a misspelt or missing keyword, a trailing word) so that the block's
 /// contents are checked as well.
-bool ASTBuilder::readHeader(const std::vector<HeaderWord> &words, llvm::SMRange brace,
+bool ASTBuilder::readHeader(const std::vector<HeaderWord> &allWords, llvm::SMRange brace,
                             ast::Block &block) {
+  // `parallel NAME for MODEL on CLUSTER`: a named mapping, one of several in a file.
+  std::vector<HeaderWord> words = allWords;
+  std::optional<HeaderWord> mappingName;
+  if (words.size() >= 3 && words[0].text == "parallel" && words[1].text != "for" &&
+      words[2].text == "for") {
+    mappingName = words[1];
+    words.erase(words.begin() + 1);
+  }
   llvm::StringRef keyword = words[0].text;
   bool reported = false;
   auto fail = [&](llvm::SMRange where, const llvm::Twine &message, bool recoverable) {
@@ -251,6 +259,10 @@ bool ASTBuilder::readHeader(const std::vector<HeaderWord> &words, llvm::SMRange 
 
   block.kind = blockKindOf(keyword);
   block.headerRange = {words.front().range.Start, words.back().range.End};
+  if (mappingName) {
+    block.name = mappingName->text;
+    block.nameRange = mappingName->range;
+  }
   if (block.kind == ast::Block::Model || block.kind == ast::Block::Cluster) {
     block.name = names[0].text;
     block.nameRange = names[0].range;
@@ -491,8 +503,24 @@ std::unique_ptr<ast::Expr> ASTBuilder::buildExpr(P::ExprContext *ctx) {
       return nullptr;
     auto e = make(ast::Expr::Call);
     e->path.push_back(textOf(call->name()));
-    if (!buildArgs(call->field(), e->args))
-      return nullptr;
+    for (P::CallArgContext *arg : call->callArg()) {
+      if (!arg || arg->exception)
+        return nullptr;
+      if (P::FieldContext *named = arg->field()) {
+        auto field = buildField(named);
+        if (!field)
+          return nullptr;
+        e->args.push_back(std::move(*field));
+        continue;
+      }
+      ast::CallArg value;
+      value.comparison = arg->cmp ? arg->cmp->getText() : "";
+      value.value = buildExpr(arg->expr());
+      value.range = source.rangeOf(arg);
+      if (!value.value)
+        return nullptr;
+      e->values.push_back(std::move(value));
+    }
     return e;
   }
   if (auto *ref = dynamic_cast<P::RefExprContext *>(ctx)) {

@@ -455,7 +455,73 @@ std::optional<Value> Evaluator::evalOrder(const ast::Expr &expr) {
   return v;
 }
 
-std::optional<Value> Evaluator::evalSchedule(const ast::Expr &expr, const Scope &scope) {
+namespace {
+bool isAutoExpr(const ast::Expr &expr) {
+  return (expr.kind == ast::Expr::Ref || expr.kind == ast::Expr::Call) && expr.path.size() == 1 &&
+         expr.path[0] == "auto";
+}
+} // namespace
+
+std::optional<Value> Evaluator::evalAuto(const ast::Expr &expr, const FieldSpec &spec,
+                                         const Scope &scope) {
+  Value v;
+  v.kind = Value::Auto;
+  v.word = "auto";
+  if (expr.kind != ast::Expr::Call)
+    return v;
+  if (!expr.args.empty()) {
+    diags.error(expr.args.front().range, "'auto(...)' lists the values '" + spec.name +
+                                             "' may take, such as auto(1, 2, 4) or "
+                                             "auto(<= 16); it takes no named arguments");
+    return std::nullopt;
+  }
+  bool numeric = spec.type == FieldType::Count || spec.type == FieldType::Natural ||
+                 spec.type == FieldType::CountOrAuto;
+  FieldSpec element = spec;
+  element.searchable = false;
+  if (element.type == FieldType::CountOrAuto)
+    element.type = FieldType::Count;
+  for (const ast::CallArg &arg : expr.values) {
+    if (arg.comparison.empty()) {
+      std::optional<Value> e = spec.type == FieldType::Schedule
+                                   ? evalSchedule(*arg.value, scope, /*openChunks=*/true)
+                                   : evaluateField(*arg.value, element, scope);
+      if (!e)
+        return std::nullopt;
+      v.elems.push_back(*e);
+      continue;
+    }
+    if (!numeric) {
+      diags.error(arg.range, "'" + spec.name + "' is not a number: list its values in "
+                                               "auto(...) instead of a bound");
+      return std::nullopt;
+    }
+    std::optional<Value> bound = evaluateField(*arg.value, element, scope);
+    if (!bound)
+      return std::nullopt;
+    llvm::StringRef cmp = arg.comparison;
+    int64_t n = bound->i;
+    if (cmp == "<=" || cmp == "<") {
+      int64_t hi = cmp == "<" ? n - 1 : n;
+      v.hi = v.hasHi ? std::min(v.hi, hi) : hi;
+      v.hasHi = true;
+    } else {
+      int64_t lo = cmp == ">" ? n + 1 : n;
+      v.lo = v.hasLo ? std::max(v.lo, lo) : lo;
+      v.hasLo = true;
+    }
+  }
+  if (v.hasLo && v.hasHi && v.lo > v.hi) {
+    diags.error(expr.range, "'auto(...)' leaves '" + spec.name + "' no value: its bounds " +
+                                std::to_string(v.lo) + " to " + std::to_string(v.hi) +
+                                " are empty");
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<Value> Evaluator::evalSchedule(const ast::Expr &expr, const Scope &scope,
+                                             bool openChunks) {
   static const llvm::StringRef kSchedules[] = {"gpipe", "1f1b", "interleaved"};
   llvm::StringRef name;
   if (auto bare = bareName(expr))
@@ -482,13 +548,34 @@ std::optional<Value> Evaluator::evalSchedule(const ast::Expr &expr, const Scope 
   }
   if (!interleaved)
     return v;
-  if (expr.kind != ast::Expr::Call || expr.args.size() != 1 || expr.args[0].name != "chunks") {
+  // Inside `schedule = auto(...)` a bare `interleaved` leaves its chunks to the search.
+  if (openChunks && expr.kind != ast::Expr::Call) {
+    v.chunks = 0;
+    Value any;
+    any.kind = Value::Auto;
+    any.word = "auto";
+    v.elems.push_back(any);
+    return v;
+  }
+  if (expr.kind != ast::Expr::Call || expr.args.size() != 1 || expr.args[0].name != "chunks" ||
+      !expr.values.empty()) {
     diags.error(expr.range, "'interleaved' needs its number of model chunks per pipeline "
-                            "stage: interleaved(chunks = 2)");
+                            "stage: interleaved(chunks = 2), or interleaved(chunks = auto)");
     return std::nullopt;
   }
   FieldSpec chunks{"chunks", FieldType::Count, true, "", {}, {}};
-  auto n = evaluateField(*expr.args[0].value, chunks, scope);
+  chunks.searchable = true;
+  const ast::Expr &count = *expr.args[0].value;
+  if (isAutoExpr(count)) {
+    std::optional<Value> open = evalAuto(count, chunks, scope);
+    if (!open)
+      return std::nullopt;
+    v.chunks = 0;
+    v.elems.push_back(*open);
+    return v;
+  }
+  chunks.searchable = false;
+  auto n = evaluateField(count, chunks, scope);
   if (!n)
     return std::nullopt;
   v.chunks = n->i;
@@ -497,6 +584,14 @@ std::optional<Value> Evaluator::evalSchedule(const ast::Expr &expr, const Scope 
 
 std::optional<Value> Evaluator::evaluateField(const ast::Expr &expr, const FieldSpec &spec,
                                               const Scope &scope) {
+  if (spec.searchable && isAutoExpr(expr))
+    return evalAuto(expr, spec, scope);
+  if (expr.kind == ast::Expr::Call && expr.path.size() == 1 && expr.path[0] == "auto") {
+    diags.error(expr.range, "'" + spec.name + "' cannot be auto: the search chooses tp, pp, "
+                                              "dp, micro_batch, schedule, zero, recompute, "
+                                              "sequence_parallel and order");
+    return std::nullopt;
+  }
   switch (spec.type) {
   case FieldType::Enum:
   case FieldType::Bool:
@@ -505,13 +600,7 @@ std::optional<Value> Evaluator::evaluateField(const ast::Expr &expr, const Field
     return evalOrder(expr);
   case FieldType::Schedule:
     return evalSchedule(expr, scope);
-  case FieldType::CountOrAuto:
-    if (auto name = bareName(expr); name && *name == "auto") {
-      Value v;
-      v.kind = Value::Word;
-      v.word = "auto";
-      return v;
-    }
+  case FieldType::CountOrAuto: // `auto` was handled above (dp is searchable)
     break;
   case FieldType::CountList: {
     if (expr.kind != ast::Expr::List) {

@@ -48,7 +48,10 @@ private:
   std::optional<Value> typeNumber(const ast::Expr &expr, Value v, const FieldSpec &spec);
   std::optional<Value> evalWord(const ast::Expr &expr, const FieldSpec &spec, const Scope &scope);
   std::optional<Value> evalOrder(const ast::Expr &expr);
-  std::optional<Value> evalSchedule(const ast::Expr &expr, const Scope &scope);
+  std::optional<Value> evalSchedule(const ast::Expr &expr, const Scope &scope,
+                                    bool openChunks = false);
+  /// `auto` or `auto(values, <= bound, ...)` for a searchable field; nullopt after an error.
+  std::optional<Value> evalAuto(const ast::Expr &expr, const FieldSpec &spec, const Scope &scope);
 
   DiagnosticEngine &diags;
   BlockLookup lookupBlock;

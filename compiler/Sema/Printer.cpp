@@ -30,7 +30,8 @@ void printResolved(const ResolvedModule &module, llvm::SourceMgr &sm, llvm::raw_
   for (const ResolvedBlock &b : module.blocks) {
     switch (b.kind) {
     case ast::Block::Parallel:
-      os << "parallel for " << b.modelRef << " on " << b.clusterRef;
+      os << "parallel " << (b.name.empty() ? "" : b.name + " ") << "for " << b.modelRef << " on "
+         << b.clusterRef;
       break;
     case ast::Block::Train:
       os << "train";

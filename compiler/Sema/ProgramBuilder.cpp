@@ -28,6 +28,30 @@ const char *toString(GPUKind k) {
 const char *toString(IntraNodeKind k) { return k == IntraNodeKind::NVLink ? "nvlink" : "pcie"; }
 int64_t bytesPerElement(DType d) { return d == DType::FP32 ? 4 : 2; }
 
+bool Choices::allows(int64_t v) const {
+  return v >= lo && v <= hi && (values.empty() || llvm::is_contained(values, v));
+}
+
+bool SearchSpace::searches() const {
+  for (const Choices *c : {&tp, &pp, &microBatch, &zero, &recompute, &sequenceParallel, &order,
+                           &schedule, &chunks})
+    if (c->open)
+      return true;
+  return false;
+}
+
+const std::array<std::array<Axis, 3>, 6> &allOrders() {
+  static const std::array<std::array<Axis, 3>, 6> orders = {{
+      {Axis::TP, Axis::DP, Axis::PP},
+      {Axis::TP, Axis::PP, Axis::DP},
+      {Axis::DP, Axis::TP, Axis::PP},
+      {Axis::DP, Axis::PP, Axis::TP},
+      {Axis::PP, Axis::TP, Axis::DP},
+      {Axis::PP, Axis::DP, Axis::TP},
+  }};
+  return orders;
+}
+
 int64_t ModelSpec::numBlocks() const {
   int64_t n = 0;
   for (const LayerGroup &g : layers)
@@ -67,8 +91,10 @@ std::string Value::str() const {
     break;
   case Schedule:
     os << word;
-    if (word == "interleaved")
+    if (word == "interleaved" && chunks > 0)
       os << "(chunks = " << chunks << ")";
+    else if (word == "interleaved" && !elems.empty())
+      os << "(chunks = " << elems.front().str() << ")";
     break;
   case List:
     os << "[";
@@ -76,6 +102,23 @@ std::string Value::str() const {
       os << (k ? ", " : "") << elems[k].str();
     os << "]";
     break;
+  case Auto: {
+    std::vector<std::string> parts;
+    for (const Value &e : elems)
+      parts.push_back(e.str());
+    if (hasLo)
+      parts.push_back(">= " + std::to_string(lo));
+    if (hasHi)
+      parts.push_back("<= " + std::to_string(hi));
+    os << "auto";
+    if (!parts.empty()) {
+      os << "(";
+      for (size_t k = 0; k < parts.size(); ++k)
+        os << (k ? ", " : "") << parts[k];
+      os << ")";
+    }
+    break;
+  }
   }
   return os.str();
 }
@@ -101,6 +144,10 @@ struct FieldReader {
     return w == "fp32" ? DType::FP32 : w == "fp16" ? DType::FP16 : DType::BF16;
   }
   bool flag(llvm::StringRef name) const { return word(name) == "true"; }
+  const Value *autoValue(llvm::StringRef name) const {
+    const ResolvedField *f = block.field(name);
+    return f && f->value.isAuto() ? &f->value : nullptr;
+  }
   LinkSpec link(llvm::StringRef name) const {
     const ResolvedBlock *b = block.nestedBlock(name);
     if (!b)
@@ -109,6 +156,92 @@ struct FieldReader {
     return {r.real("bandwidth"), r.real("latency")};
   }
 };
+
+} // namespace
+
+namespace {
+
+ScheduleKind scheduleKindOf(llvm::StringRef word) {
+  return word == "gpipe" ? ScheduleKind::GPipe
+         : word == "1f1b" ? ScheduleKind::OneFOneB
+                          : ScheduleKind::Interleaved;
+}
+
+Recompute recomputeOf(llvm::StringRef word) {
+  return word == "full" ? Recompute::Full : word == "selective" ? Recompute::Selective
+                                                                : Recompute::None;
+}
+
+/// The code a listed value of field `name` stands for in its Choices.
+int64_t choiceCode(llvm::StringRef name, const Value &v) {
+  if (name == "recompute")
+    return int64_t(recomputeOf(v.word));
+  if (name == "sequence_parallel")
+    return v.word == "true";
+  if (name == "schedule")
+    return int64_t(scheduleKindOf(v.word));
+  if (name == "order") {
+    const auto &orders = allOrders();
+    return std::find(orders.begin(), orders.end(), v.order) - orders.begin();
+  }
+  return v.i;
+}
+
+Choices choicesOf(llvm::StringRef name, const Value &v) {
+  Choices c;
+  c.open = true;
+  for (const Value &e : v.elems)
+    c.values.push_back(choiceCode(name, e));
+  if (v.hasLo)
+    c.lo = v.lo;
+  if (v.hasHi)
+    c.hi = v.hi;
+  return c;
+}
+
+/// The choices of every `auto` field of a parallel block.
+void fillSearchSpace(const ResolvedBlock &block, SearchSpace &space) {
+  const std::pair<const char *, Choices SearchSpace::*> fields[] = {
+      {"tp", &SearchSpace::tp},
+      {"pp", &SearchSpace::pp},
+      {"dp", &SearchSpace::dp},
+      {"micro_batch", &SearchSpace::microBatch},
+      {"zero", &SearchSpace::zero},
+      {"recompute", &SearchSpace::recompute},
+      {"sequence_parallel", &SearchSpace::sequenceParallel},
+      {"order", &SearchSpace::order},
+      {"schedule", &SearchSpace::schedule},
+  };
+  for (auto [name, member] : fields)
+    if (const ResolvedField *f = block.field(name); f && f->value.isAuto())
+      space.*member = choicesOf(name, f->value);
+  // interleaved(chunks = auto ...), written alone or listed in schedule = auto(...).
+  const ResolvedField *schedule = block.field("schedule");
+  if (!schedule)
+    return;
+  std::vector<const Value *> interleaved;
+  if (schedule->value.kind == Value::Schedule)
+    interleaved.push_back(&schedule->value);
+  for (const Value &e : schedule->value.elems)
+    if (e.kind == Value::Schedule)
+      interleaved.push_back(&e);
+  for (const Value *v : interleaved) {
+    if (v->word != "interleaved")
+      continue;
+    if (v->chunks == 0 && !v->elems.empty()) {
+      space.chunks = choicesOf("chunks", v->elems.front());
+    } else if (space.schedule.open) {
+      space.chunks.open = true;
+      space.chunks.values.push_back(v->chunks);
+    }
+  }
+  if (schedule->value.kind == Value::Schedule && schedule->value.chunks == 0) {
+    space.schedule.open = true;
+    space.schedule.values = {int64_t(ScheduleKind::Interleaved)};
+  }
+  if (space.schedule.open && !space.chunks.open)
+    space.chunks.open = true; // `schedule = auto`: any chunk count
+}
 
 } // namespace
 
@@ -165,25 +298,23 @@ void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBl
 
   FieldReader p{parallelBlock};
   ParallelSpec &par = program.parallel;
-  par.tp = p.integer("tp");
-  par.pp = p.integer("pp");
-  par.dpAuto = p.word("dp") == "auto";
+  par.name = parallelBlock.name;
+  par.tp = std::max<int64_t>(p.integer("tp"), 1);
+  par.pp = std::max<int64_t>(p.integer("pp"), 1);
+  par.dpAuto = p.autoValue("dp") != nullptr;
   par.dp = par.dpAuto ? 0 : p.integer("dp");
-  if (const ResolvedField *order = parallelBlock.field("order"))
+  if (const ResolvedField *order = parallelBlock.field("order"); order && !order->value.isAuto())
     par.order = order->value.order;
-  par.microBatch = p.integer("micro_batch");
+  par.microBatch = std::max<int64_t>(p.integer("micro_batch"), 1);
   par.globalBatch = p.integer("global_batch");
-  if (const ResolvedField *s = parallelBlock.field("schedule")) {
-    par.schedule = s->value.word == "gpipe"  ? ScheduleKind::GPipe
-                   : s->value.word == "1f1b" ? ScheduleKind::OneFOneB
-                                             : ScheduleKind::Interleaved;
-    par.chunks = s->value.chunks;
+  if (const ResolvedField *s = parallelBlock.field("schedule"); s && !s->value.isAuto()) {
+    par.schedule = scheduleKindOf(s->value.word);
+    par.chunks = std::max<int64_t>(s->value.chunks, 1);
   }
-  par.zero = int(p.integer("zero"));
-  std::string rc = p.word("recompute");
-  par.recompute = rc == "full" ? Recompute::Full : rc == "selective" ? Recompute::Selective
-                                                                       : Recompute::None;
+  par.zero = p.autoValue("zero") ? 0 : int(p.integer("zero"));
+  par.recompute = recomputeOf(p.word("recompute"));
   par.sequenceParallel = p.word("sequence_parallel") == "true";
+  fillSearchSpace(parallelBlock, par.space);
   if (const ResolvedField *sl = parallelBlock.field("stage_layers"))
     for (const Value &e : sl->value.elems)
       par.stageLayers.push_back(e.i);

@@ -50,6 +50,11 @@ FieldSpec real(llvm::StringRef name, llvm::StringRef def) {
   return {name, FT::Real, false, def, {}, {}};
 }
 FieldSpec flag(llvm::StringRef name) { return {name, FT::Bool, false, "false", {}, {}}; }
+/// A parallel field the search may choose (`auto`).
+FieldSpec searchable(FieldSpec spec) {
+  spec.searchable = true;
+  return spec;
+}
 /// An enumeration without a default: the field may be left out.
 FieldSpec optionalEnum(llvm::StringRef name, std::vector<llvm::StringRef> words) {
   return {name, FT::Enum, false, "", {}, std::move(words)};
@@ -117,16 +122,16 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
   static const BlockSchema parallel{
       "parallel",
       {
-          count("tp", false, "1"),
-          count("pp", false, "1"),
-          {"dp", FT::CountOrAuto, false, "auto", {}, {}},
-          {"order", FT::Order, false, "tp-dp-pp", {}, {}},
-          count("micro_batch", false, "1"),
+          searchable(count("tp", false, "1")),
+          searchable(count("pp", false, "1")),
+          searchable({"dp", FT::CountOrAuto, false, "auto", {}, {}}),
+          searchable({"order", FT::Order, false, "tp-dp-pp", {}, {}}),
+          searchable(count("micro_batch", false, "1")),
           count("global_batch", true),
-          {"schedule", FT::Schedule, false, "1f1b", {}, {}},
-          {"zero", FT::Natural, false, "0", {}, {}, 3},
-          enumeration("recompute", {"none", "selective", "full"}, "none"),
-          {"sequence_parallel", FT::Bool, false, "false", {}, {}},
+          searchable({"schedule", FT::Schedule, false, "1f1b", {}, {}}),
+          searchable({"zero", FT::Natural, false, "0", {}, {}, 3}),
+          searchable(enumeration("recompute", {"none", "selective", "full"}, "none")),
+          searchable({"sequence_parallel", FT::Bool, false, "false", {}, {}}),
           {"stage_layers", FT::CountList, false, "", {}, {}},
           flag("overlap_grad_reduce"),
           flag("overlap_param_gather"),

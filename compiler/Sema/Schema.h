@@ -37,6 +37,8 @@ struct FieldSpec {
   std::vector<llvm::StringRef> words; // Enum only
   int64_t maxValue = 0;               // Natural/Count upper bound when non-zero
   bool allowZero = false;             // Quantity: 0 is meaningful (no reserve at all)
+  /// The field may be `auto` or `auto(values, <= bound, ...)`: the search chooses it.
+  bool searchable = false;
 };
 
 struct BlockSchema {

@@ -52,7 +52,7 @@ public:
       : diags(diags),
         eval(diags, [this](llvm::StringRef n) { return lookupBlock(n); }, std::move(blockNames)) {}
 
-  std::optional<Program> run(const ast::Module &module, ResolvedModule *out);
+  std::optional<std::vector<Program>> run(const ast::Module &module, ResolvedModule *out);
 
 private:
   const ResolvedBlock *lookupBlock(llvm::StringRef name) const {
@@ -498,8 +498,12 @@ void Analyzer::recordRanges(const ResolvedBlock &block, const std::string &prefi
     recordRanges(inner, prefix + inner.name + ".", program);
 }
 
-std::optional<Program> Analyzer::run(const ast::Module &module, ResolvedModule *out) {
-  const ast::Block *parallel = nullptr, *train = nullptr;
+std::optional<std::vector<Program>> Analyzer::run(const ast::Module &module,
+                                                  ResolvedModule *out) {
+  std::vector<const ast::Block *> parallels;
+  const ast::Block *train = nullptr;
+  llvm::StringMap<llvm::SMRange> mappingNames;
+  bool duplicateUnnamed = false;
   llvm::StringMap<llvm::SMRange> declared[2]; // models, clusters
   Scope fileScope;
   for (const std::string &name : module.unparsedBlockNames)
@@ -518,18 +522,33 @@ std::optional<Program> Analyzer::run(const ast::Module &module, ResolvedModule *
         checkDuplicate(b, fileScope);
         continue;
       }
-    } else {
-      const ast::Block *&slot = b.kind == ast::Block::Parallel ? parallel : train;
-      if (slot) {
-        diags.error(b.headerRange, std::string("only one '") +
-                                       (b.kind == ast::Block::Parallel ? "parallel for" : "train") +
-                                       "' block is allowed per file");
-        diags.note(slot->headerRange, "the first one is here");
+    } else if (b.kind == ast::Block::Parallel) {
+      // Several mappings of one file each need a name: `parallel NAME for MODEL on CLUSTER`.
+      auto [it, fresh] = mappingNames.try_emplace(b.name, b.name.empty() ? b.headerRange
+                                                                         : b.nameRange);
+      if (!fresh) {
+        duplicateUnnamed |= b.name.empty();
+        if (b.name.empty())
+          diags.error(b.headerRange, "only one unnamed 'parallel for' block is allowed per "
+                                     "file; name each mapping: 'parallel NAME for MODEL on "
+                                     "CLUSTER'");
+        else
+          diags.error(b.nameRange, "duplicate mapping '" + b.name + "'");
+        diags.note(it->second, "the first one is here");
         ok = false;
         checkDuplicate(b, fileScope);
         continue;
       }
-      slot = &b;
+      parallels.push_back(&b);
+    } else {
+      if (train) {
+        diags.error(b.headerRange, "only one 'train' block is allowed per file");
+        diags.note(train->headerRange, "the first one is here");
+        ok = false;
+        checkDuplicate(b, fileScope);
+        continue;
+      }
+      train = &b;
     }
     resolved.emplace_back();
     ok &= resolveBlock(b, schemaFor(b.kind), resolved.back(), &fileScope);
@@ -557,11 +576,21 @@ std::optional<Program> Analyzer::run(const ast::Module &module, ResolvedModule *
                                "a 'parallel for MODEL on CLUSTER' block");
     return std::nullopt;
   }
-  if (!parallel) {
+  if (parallels.empty()) {
     if (!diags.hasErrors())
       diags.error(module.endLoc, "no 'parallel for MODEL on CLUSTER' block: nothing to plan");
     return std::nullopt;
   }
+  // Named and unnamed mappings mixed: the unnamed one needs a name too (unless a second
+  // unnamed block was reported above).
+  if (parallels.size() > 1 && !duplicateUnnamed)
+    for (const ast::Block *p : parallels)
+      if (p->name.empty()) {
+        diags.error(p->headerRange, "this file has " + std::to_string(parallels.size()) +
+                                        " 'parallel for' blocks: name each mapping, "
+                                        "'parallel NAME for MODEL on CLUSTER'");
+        ok = false;
+      }
   auto findRef = [&](llvm::StringRef ref, llvm::SMRange where, ast::Block::Kind kind,
                      ast::Block::Kind other) -> const ResolvedBlock * {
     for (const ResolvedBlock &b : resolved)
@@ -581,32 +610,37 @@ std::optional<Program> Analyzer::run(const ast::Module &module, ResolvedModule *
     }
     return nullptr;
   };
-  const ResolvedBlock *model =
-      findRef(parallel->modelRef, parallel->modelRefRange, ast::Block::Model, ast::Block::Cluster);
-  const ResolvedBlock *cluster = findRef(parallel->clusterRef, parallel->clusterRefRange,
-                                         ast::Block::Cluster, ast::Block::Model);
-  if (!ok || !model || !cluster || diags.hasErrors())
-    return std::nullopt;
-
-  const ResolvedBlock *par = nullptr, *tr = nullptr;
+  const ResolvedBlock *tr = nullptr;
+  std::vector<const ResolvedBlock *> pars;
   for (const ResolvedBlock &b : resolved) {
     if (b.kind == ast::Block::Parallel)
-      par = &b;
+      pars.push_back(&b);
     if (b.kind == ast::Block::Train)
       tr = &b;
   }
-  Program program;
-  fillProgram(*model, *cluster, *par, tr, program);
-  program.parallel.headerRange = parallel->headerRange;
-  recordRanges(*model, "model.", program);
-  recordRanges(*cluster, "cluster.", program);
-  recordRanges(*par, "parallel.", program);
-  if (tr)
-    recordRanges(*tr, "train.", program);
-  checkProgramValues(program, *cluster);
-  if (diags.hasErrors())
+  std::vector<Program> programs;
+  for (size_t i = 0; i < parallels.size() && i < pars.size(); ++i) {
+    const ast::Block *parallel = parallels[i];
+    const ResolvedBlock *model = findRef(parallel->modelRef, parallel->modelRefRange,
+                                         ast::Block::Model, ast::Block::Cluster);
+    const ResolvedBlock *cluster = findRef(parallel->clusterRef, parallel->clusterRefRange,
+                                           ast::Block::Cluster, ast::Block::Model);
+    if (!ok || !model || !cluster || diags.hasErrors())
+      continue;
+    Program program;
+    fillProgram(*model, *cluster, *pars[i], tr, program);
+    program.parallel.headerRange = parallel->headerRange;
+    recordRanges(*model, "model.", program);
+    recordRanges(*cluster, "cluster.", program);
+    recordRanges(*pars[i], "parallel.", program);
+    if (tr)
+      recordRanges(*tr, "train.", program);
+    checkProgramValues(program, *cluster);
+    programs.push_back(std::move(program));
+  }
+  if (!ok || diags.hasErrors())
     return std::nullopt;
-  return program;
+  return programs;
 }
 
 /// Values whose validity depends on another block: the peak for the model's dtype.
@@ -627,14 +661,29 @@ void Analyzer::checkProgramValues(const Program &program, const ResolvedBlock &c
 
 } // namespace
 
-std::optional<Program> analyze(const ast::Module &module, DiagnosticEngine &diags,
-                               ResolvedModule *resolved) {
+std::optional<std::vector<Program>> analyzeAll(const ast::Module &module,
+                                               DiagnosticEngine &diags,
+                                               ResolvedModule *resolved) {
   std::vector<llvm::StringRef> names;
   for (const auto &b : module.blocks)
-    if (!b->name.empty())
+    if (!b->name.empty() && b->kind != ast::Block::Parallel)
       names.push_back(b->name);
   Analyzer analyzer(diags, std::move(names));
   return analyzer.run(module, resolved);
+}
+
+std::optional<Program> analyze(const ast::Module &module, DiagnosticEngine &diags,
+                               ResolvedModule *resolved) {
+  std::optional<std::vector<Program>> all = analyzeAll(module, diags, resolved);
+  if (!all || all->empty())
+    return std::nullopt;
+  if (all->size() > 1) {
+    diags.error(all->back().parallel.headerRange,
+                "this file has " + std::to_string(all->size()) +
+                    " mappings; choose one (parc --mapping=NAME)");
+    return std::nullopt;
+  }
+  return std::move(all->front());
 }
 
 } // namespace parc

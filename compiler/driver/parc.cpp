@@ -8,6 +8,7 @@
 #include "parc/Check/Mapping.h"
 #include "parc/Cost/MemoryModel.h"
 #include "parc/Cost/Report.h"
+#include "parc/Emit/ParWriter.h"
 #include "parc/Emit/PipelineSVG.h"
 #include "parc/Emit/PlanDirectory.h"
 #include "parc/Plan/PlanStream.h"
@@ -17,6 +18,7 @@
 #include "parc/Lower/Lowering.h"
 #include "parc/Lower/PlanText.h"
 #include "parc/Plan/PlanJSON.h"
+#include "parc/Search/SearchReport.h"
 #include "parc/Sema/Sema.h"
 #include "parc/Support/Units.h"
 
@@ -25,6 +27,8 @@
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/WithColor.h"
+
+#include <chrono>
 
 using namespace parc;
 namespace cl = llvm::cl;
@@ -41,7 +45,7 @@ cl::opt<std::string> outputPath(
              "plan directory atomically; with --emit=trace or --emit=svg, the file to write"),
     cl::value_desc("path"), cl::cat(parcCategory));
 
-enum class EmitKind { Summary, AST, Layout, Trace, SVG, PlanText };
+enum class EmitKind { Summary, AST, Layout, Trace, SVG, PlanText, Par };
 cl::opt<EmitKind> emitKind(
     "emit", cl::desc("What to produce"), cl::init(EmitKind::Summary),
     cl::values(clEnumValN(EmitKind::Summary, "summary", "a short summary (default)"),
@@ -55,7 +59,9 @@ cl::opt<EmitKind> emitKind(
                           "the pipeline diagram of the simulated step (to -o FILE.svg, or "
                           "stdout)"),
                clEnumValN(EmitKind::PlanText, "plan-text",
-                          "with --rank=R: a readable listing of that rank's plan")),
+                          "with --rank=R: a readable listing of that rank's plan"),
+               clEnumValN(EmitKind::Par, "par",
+                          "with --search: the program with the best mapping written out")),
     cl::cat(parcCategory));
 cl::opt<int64_t> rankToPrint("rank",
                              cl::desc("Print the JSON plan of rank R to stdout, lowering only "
@@ -73,6 +79,15 @@ cl::opt<ReportKind> reportKind(
                clEnumValN(ReportKind::Text, "text", "as text tables"),
                clEnumValN(ReportKind::JSON, "json", "as one JSON object")),
     cl::cat(parcCategory));
+
+cl::opt<bool> searchMode("search",
+                         cl::desc("Rank the mappings the parallel block's auto fields allow"),
+                         cl::cat(parcCategory));
+cl::opt<unsigned> topCount("top", cl::desc("With --search: how many mappings to list"),
+                           cl::init(10), cl::value_desc("K"), cl::cat(parcCategory));
+cl::opt<std::string> mappingName(
+    "mapping", cl::desc("The parallel block to use when the file names several"),
+    cl::value_desc("NAME"), cl::cat(parcCategory));
 
 void printVersion(llvm::raw_ostream &os) { os << "parc 0.1.0 (plan format parc-plan/1)\n"; }
 
@@ -171,6 +186,86 @@ int emitStep(const Program &program, const Mapping &mapping, DiagnosticEngine &d
   return diags.exitCode();
 }
 
+/// Runs the search, with a progress line on a terminal once it has run for a second.
+SearchResult runSearch(const Program &program) {
+  SearchOptions options;
+  options.top = std::max(1u, unsigned(topCount));
+  auto start = std::chrono::steady_clock::now();
+  bool shown = false;
+  if (llvm::errs().is_displayed())
+    options.progress = [&](double done) {
+      if (std::chrono::steady_clock::now() - start < std::chrono::seconds(1))
+        return;
+      llvm::errs() << llvm::format("\rparc: searching %3.0f%%", 100 * done);
+      llvm::errs().flush();
+      shown = true;
+    };
+  SearchResult result = searchMappings(program, options);
+  if (shown)
+    llvm::errs() << "\r                      \r";
+  return result;
+}
+
+/// `--search`: the ranked table, its JSON, or (--emit=par) the best mapping as a program.
+int printSearchResult(const SearchResult &result, const Program &program,
+                      const ResolvedModule &resolved) {
+  if (emitKind == EmitKind::Par) {
+    if (result.top.empty()) {
+      printSearch(result, program, llvm::errs());
+      return ExitInputError;
+    }
+    writeParSource(resolved, withMapping(program, result.top.front().parallel), llvm::outs());
+  } else if (reportKind == ReportKind::JSON) {
+    llvm::outs() << llvm::formatv("{0:2}", searchToJSON(result, program)) << "\n";
+  } else {
+    printSearch(result, program, llvm::outs());
+  }
+  return result.top.empty() ? ExitInputError : ExitSuccess;
+}
+
+/// The program the command works on: the one mapping, or the one --mapping names.
+std::optional<Program> selectProgram(std::vector<Program> &programs, DiagnosticEngine &diags) {
+  std::string names;
+  for (const Program &p : programs)
+    names += (names.empty() ? "" : ", ") + p.parallel.name;
+  if (!mappingName.empty()) {
+    for (Program &p : programs)
+      if (p.parallel.name == mappingName)
+        return std::move(p);
+    diags.error(llvm::SMLoc(), "no mapping named '" + mappingName + "'; the file has " +
+                                   (names.empty() ? std::string("one unnamed") : names));
+    return std::nullopt;
+  }
+  if (programs.size() == 1)
+    return std::move(programs.front());
+  diags.error(programs.back().parallel.headerRange,
+              "this file has " + std::to_string(programs.size()) + " mappings (" + names +
+                  "); choose one with --mapping=NAME (--report compares them all)");
+  return std::nullopt;
+}
+
+/// `--report` over a file of several mappings: each estimated, side by side.
+int compareMappings(std::vector<Program> &programs, DiagnosticEngine &diags) {
+  std::vector<std::pair<Program, Mapping>> jobs;
+  for (Program &p : programs) {
+    if (p.parallel.space.searches()) {
+      SearchResult r = runSearch(p);
+      if (r.top.empty())
+        continue;
+      p = withMapping(p, r.top.front().parallel);
+    }
+    if (auto m = checkMapping(p, diags))
+      jobs.push_back({p, *m});
+  }
+  if (diags.hasErrors())
+    return diags.exitCode();
+  if (reportKind == ReportKind::JSON)
+    llvm::outs() << llvm::formatv("{0:2}", comparisonToJSON(jobs)) << "\n";
+  else
+    printComparison(jobs, llvm::outs());
+  return diags.exitCode();
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -189,13 +284,38 @@ int main(int argc, char **argv) {
   if (!module)
     return diags.exitCode();
   ResolvedModule resolved;
-  auto program = analyze(*module, diags, &resolved);
+  auto programs = analyzeAll(*module, diags, &resolved);
   if (emitKind == EmitKind::AST && !diags.hasErrors()) {
     printResolved(resolved, sourceMgr, llvm::outs());
     return diags.exitCode();
   }
-  if (!program || diags.hasErrors())
+  if (!programs || programs->empty() || diags.hasErrors())
     return diags.exitCode() ? diags.exitCode() : ExitInputError;
+  if (programs->size() > 1 && mappingName.empty() && reportKind != ReportKind::None &&
+      !searchMode)
+    return compareMappings(*programs, diags);
+  auto program = selectProgram(*programs, diags);
+  if (!program)
+    return diags.exitCode();
+  if (emitKind == EmitKind::Par && !searchMode) {
+    llvm::WithColor::error(llvm::errs(), "parc") << "--emit=par writes the best mapping of a "
+                                                    "search; add --search\n";
+    return ExitUsageOrIO;
+  }
+  if (searchMode)
+    return printSearchResult(runSearch(*program), *program, resolved);
+  if (program->parallel.space.searches()) {
+    // Every other command works on one mapping: the fastest the auto fields allow.
+    SearchResult result = runSearch(*program);
+    if (result.top.empty()) {
+      printSearch(result, *program, llvm::errs());
+      return ExitInputError;
+    }
+    const ParallelSpec &best = result.top.front().parallel;
+    llvm::errs() << "parc: auto fields chose " << mappingText(best) << " (of "
+                 << result.feasible << " feasible mappings; parc --search ranks them)\n";
+    program = withMapping(*program, best);
+  }
   auto mapping = checkMapping(*program, diags);
   if (!mapping)
     return ExitInputError;

@@ -16,6 +16,9 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <utility>
+#include <vector>
+
 namespace parc {
 
 /// The report as aligned text tables.
@@ -23,6 +26,12 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
 
 /// The report as one JSON object.
 llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping);
+
+/// Several mappings of one file side by side: their layout, memory, step time and breakdown.
+void printComparison(const std::vector<std::pair<Program, Mapping>> &jobs,
+                     llvm::raw_ostream &os);
+/// `{"mappings": [...]}`, one report per mapping with its name.
+llvm::json::Value comparisonToJSON(const std::vector<std::pair<Program, Mapping>> &jobs);
 
 } // namespace parc
 

@@ -78,6 +78,13 @@ llvm::Expected<StepTimeline> simulateStep(const Program &program, const Mapping 
 /// The same with the instructions, from a fresh work table.
 llvm::Expected<StepTimeline> simulateStep(const Program &program, const Mapping &mapping);
 
+/// A bound the simulated step never beats, in O(pp x chunks): stage s starts after the first
+/// microbatch's forwards through the virtual stages before it, runs its own passes, and its
+/// last backward's gradient still flows back through them to stage 0; every stage then runs
+/// the part of its tail nothing overlaps. Equal to the simulation for a pipeline of equal
+/// stages. The search ranks by it and simulates in its order.
+double stepLowerBound(const Program &program, const Mapping &mapping, const WorkTable &work);
+
 } // namespace parc
 
 #endif

@@ -16,6 +16,7 @@
 namespace parc::ast {
 
 struct Field;
+struct CallArg;
 
 struct Expr {
   enum Kind { Number, Ref, Unary, Binary, Call, List, String } kind;
@@ -32,8 +33,16 @@ struct Expr {
   char op = 0;
   std::vector<std::unique_ptr<Expr>> operands; // Unary/Binary operands, List elements.
   std::vector<Field> args;                     // Call: named arguments.
+  std::vector<CallArg> values;                 // Call: unnamed arguments, in order.
 
   explicit Expr(Kind kind, llvm::SMRange range) : kind(kind), range(range) {}
+};
+
+/// An unnamed call argument, with the bound it states: `4`, `<= 16`.
+struct CallArg {
+  std::string comparison; // "", "<=", ">=", "<" or ">"
+  std::unique_ptr<Expr> value;
+  llvm::SMRange range;
 };
 
 struct Field {

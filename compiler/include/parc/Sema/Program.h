@@ -12,6 +12,7 @@
 #include "llvm/Support/SMLoc.h"
 #include <array>
 #include <cstdint>
+#include <climits>
 #include <string>
 #include <vector>
 
@@ -106,8 +107,33 @@ struct ClusterSpec {
   int64_t world() const { return nodes * gpusPerNode; }
 };
 
+/// What `auto` leaves open for one field: any legal value, or those `auto(a, b, ...)` lists,
+/// within the bounds `auto(>= lo, <= hi)` states. Enumerations are their enumerators' codes.
+struct Choices {
+  bool open = false;
+  std::vector<int64_t> values; // empty: any
+  int64_t lo = 0, hi = INT64_MAX;
+
+  bool allows(int64_t v) const;
+};
+
+/// The fields a parallel block leaves to the search. `dp = auto` alone is no search: dp is
+/// derived from the world, as Megatron does; `dp = auto(...)` constrains that derivation.
+struct SearchSpace {
+  Choices tp, pp, dp, microBatch, zero, recompute, sequenceParallel, order;
+  Choices schedule; // ScheduleKind codes; interleaved also takes its chunks from `chunks`
+  Choices chunks;   // interleaved(chunks = auto ...)
+
+  /// True when some field other than dp is open: the program names a set of mappings.
+  bool searches() const;
+};
+
+/// The six rank orders, fastest-varying axis first, indexed by SearchSpace::order codes.
+const std::array<std::array<Axis, 3>, 6> &allOrders();
+
 struct ParallelSpec {
   llvm::SMRange headerRange;
+  std::string name; // `parallel NAME for ...`; empty when unnamed
   int64_t tp = 1, pp = 1, dp = 1;
   bool dpAuto = false;
   std::array<Axis, 3> order = {Axis::TP, Axis::DP, Axis::PP}; // fastest-varying first
@@ -122,6 +148,8 @@ struct ParallelSpec {
   /// gradient reduction behind the backward, the distributed optimizer's parameter all-gather
   /// behind the next forward, and the tensor-parallel collectives behind the GEMMs.
   bool overlapGradReduce = false, overlapParamGather = false, tpCommOverlap = false;
+  /// The fields written `auto`; the concrete fields above then hold a placeholder.
+  SearchSpace space;
 };
 
 struct TrainSpec {

@@ -13,7 +13,7 @@ namespace parc {
 
 /// A field's value after evaluation, in base units.
 struct Value {
-  enum Kind { Number, Word, Schedule, Order, List } kind = Number;
+  enum Kind { Number, Word, Schedule, Order, List, Auto } kind = Number;
   bool isInt = true;
   int64_t i = 0;
   double r = 0;
@@ -21,7 +21,11 @@ struct Value {
   std::string word;  // Word: an enumeration value, true/false or auto; Schedule: its name
   int64_t chunks = 1; // Schedule: interleaved(chunks = V)
   std::array<Axis, 3> order{};
-  std::vector<Value> elems; // List
+  std::vector<Value> elems; // List; Auto: the values `auto(...)` allows (none listed: any)
+  /// Auto: the bounds `auto(>= lo, <= hi)` states; Schedule: chunks 0 with elems[0] the Auto
+  /// value of `interleaved(chunks = auto ...)`.
+  int64_t lo = 0, hi = 0;
+  bool hasLo = false, hasHi = false;
 
   static Value integer(int64_t v, Dimension d = {}) {
     Value x;
@@ -38,6 +42,7 @@ struct Value {
     return x;
   }
   double asDouble() const { return isInt ? double(i) : r; }
+  bool isAuto() const { return kind == Auto || (kind == Word && word == "auto"); }
   /// The normalised form --emit=ast prints: `85899345920 B`, `bf16`, `interleaved(chunks = 2)`.
   std::string str() const;
 };
@@ -74,6 +79,10 @@ struct ResolvedModule {
 /// declared model and cluster. `resolved`, if given, receives every block that evaluated.
 std::optional<Program> analyze(const ast::Module &module, DiagnosticEngine &diags,
                                ResolvedModule *resolved = nullptr);
+/// The same for a file that may hold several named mappings (`parallel NAME for ...`): one
+/// program per parallel block, in file order.
+std::optional<std::vector<Program>> analyzeAll(const ast::Module &module, DiagnosticEngine &diags,
+                                               ResolvedModule *resolved = nullptr);
 
 /// --emit=ast: the resolved model in a stable text form, one field a line with its location.
 void printResolved(const ResolvedModule &module, llvm::SourceMgr &sourceMgr,

@@ -1,0 +1,77 @@
+//===- Feasibility.cpp - The mapping rules as predicates ------------------===//
+#include "parc/Check/Feasibility.h"
+#include "parc/Support/CheckedInt.h"
+
+namespace parc {
+
+namespace {
+bool splits(int64_t heads, int64_t kvHeads, int64_t ffn, int64_t tp) {
+  if (heads % tp != 0 || ffn % tp != 0)
+    return false;
+  return kvHeads == heads || kvHeads % tp == 0 || tp % kvHeads == 0;
+}
+} // namespace
+
+bool tensorParallelSplits(const ModelSpec &model, int64_t tp) {
+  if (tp < 1 || !splits(model.heads, model.kvHeads, model.ffn, tp))
+    return false;
+  for (const LayerGroup &g : model.layers)
+    if (g.kind == LayerGroup::Transformer && !splits(g.heads, g.kvHeads, g.ffn, tp))
+      return false;
+  return true;
+}
+
+bool sequenceParallelSplits(const ModelSpec &model, int64_t tp) {
+  return tp > 1 && model.seq % tp == 0;
+}
+
+std::optional<StagePartition> partitionBlocks(int64_t blocks, int64_t pp, int64_t chunks,
+                                              const std::vector<int64_t> &stageLayers) {
+  std::optional<int64_t> stages = checkedMul(pp, chunks);
+  if (!stages || *stages < 1)
+    return std::nullopt;
+  StagePartition partition;
+  partition.pp = pp;
+  partition.chunks = chunks;
+  if (stageLayers.empty()) {
+    if (blocks % *stages != 0)
+      return std::nullopt;
+    for (int64_t v = 0, first = 0; v < *stages; ++v, first += blocks / *stages)
+      partition.blocks.push_back({first, first + blocks / *stages});
+    return partition;
+  }
+  if (int64_t(stageLayers.size()) != *stages)
+    return std::nullopt;
+  int64_t sum = 0;
+  for (int64_t n : stageLayers) {
+    partition.blocks.push_back({sum, sum + n});
+    sum += n;
+  }
+  if (sum != blocks)
+    return std::nullopt;
+  return partition;
+}
+
+std::optional<int64_t> paddedVocab(int64_t vocab, int64_t tp) {
+  std::optional<int64_t> multiple = checkedMul(128, tp);
+  return multiple ? roundUpToMultiple(vocab, *multiple) : std::nullopt;
+}
+
+Mapping makeMapping(const Program &program, int64_t dp, StagePartition partition,
+                    int64_t padded) {
+  const ParallelSpec &par = program.parallel;
+  Mapping m;
+  m.tp = par.tp;
+  m.pp = par.pp;
+  m.dp = dp;
+  m.chunks = par.schedule == ScheduleKind::Interleaved ? par.chunks : 1;
+  m.microBatch = par.microBatch;
+  m.globalBatch = par.globalBatch;
+  m.microbatches = par.globalBatch / (par.microBatch * dp);
+  m.paddedVocab = padded;
+  m.layout = RankLayout(par.tp, par.pp, dp, par.order, program.cluster.gpusPerNode);
+  m.partition = std::move(partition);
+  return m;
+}
+
+} // namespace parc
