@@ -72,8 +72,7 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
   table.stages.assign(size_t(pp), {});
   for (int64_t s = 0; s < pp; ++s) {
     StageWork &stage = table.stages[size_t(s)];
-    for (const VirtualStageWork *w : table.chunksOf(s))
-      stage.params += w->params;
+    table.forEachChunk(s, [&](const VirtualStageWork &w) { stage.params += w.params; });
     const double grads = stage.params * gradBytes, weights = stage.params * weightBytes;
     if (zero == 0)
       stage.gradSync = comm.allReduce(grads, dp);

@@ -37,8 +37,7 @@ PassTime PassTime::scaled(double k) const {
 
 std::vector<const VirtualStageWork *> WorkTable::chunksOf(int64_t stage) const {
   std::vector<const VirtualStageWork *> out;
-  int64_t pp = int64_t(stages.size());
-  for (size_t v = size_t(stage); v < virtualStages.size(); v += size_t(pp))
+  for (size_t v = size_t(stage); v < virtualStages.size(); v += size_t(stageCount))
     out.push_back(&virtualStages[v]);
   return out;
 }
@@ -234,18 +233,30 @@ WorkTable buildWorkTable(const Program &program, const Mapping &mapping) {
   table.dp = geometryOf(mapping.layout, Axis::DP);
   table.pp = geometryOf(mapping.layout, Axis::PP);
   const int64_t pp = mapping.pp, virtualStages = pp * mapping.chunks;
+  table.stageCount = pp;
 
-  // Blocks of one layer group share their passes: compute each group's once.
-  std::vector<BlockPasses> groupPasses;
-  std::vector<const LayerGroup *> groups;
-  auto passesOf = [&](const LayerGroup &g) -> const BlockPasses & {
-    for (size_t i = 0; i < groups.size(); ++i)
-      if (groups[i] == &g)
-        return groupPasses[i];
-    groups.push_back(&g);
-    groupPasses.push_back(blockPasses(c, g));
-    return groupPasses.back();
+  // Blocks of one layer group share their passes, FLOPs and parameters: each group is
+  // costed once, and a virtual stage adds its groups' shares (O(groups), not O(blocks)).
+  struct Group {
+    const LayerGroup *layer;
+    int64_t first, last; // its blocks [first, last)
+    BlockPasses passes;
+    double flops, recomputed, params;
   };
+  std::vector<Group> groups;
+  int64_t first = 0;
+  for (const LayerGroup &g : model.layers) {
+    if (g.kind != LayerGroup::Transformer)
+      continue;
+    double recomputed = par.recompute == Recompute::Full ? blockForwardFlopsPerToken(model, g)
+                        : par.recompute == Recompute::Selective
+                            ? attentionCoreFlopsPerToken(model, g)
+                            : 0;
+    groups.push_back({&g, first, first + g.count, blockPasses(c, g),
+                      blockForwardFlopsPerToken(model, g), recomputed,
+                      double(blockParams(model, g).perRank(mapping.tp))});
+    first += g.count;
+  }
 
   table.virtualStages.resize(size_t(virtualStages));
   for (int64_t v = 0; v < virtualStages; ++v) {
@@ -254,21 +265,20 @@ WorkTable buildWorkTable(const Program &program, const Mapping &mapping) {
     w.firstBlock = first;
     w.lastBlock = last;
     double flops = 0, recomputed = 0;
-    for (int64_t i = first; i < last; ++i) {
-      const LayerGroup &g = model.blockGroup(i);
-      const BlockPasses &p = passesOf(g);
-      w.forward += p.forward;
-      w.backward += p.backward;
+    for (const Group &g : groups) {
+      double n = double(std::max<int64_t>(0, std::min(last, g.last) - std::max(first, g.first)));
+      if (n == 0)
+        continue;
+      const BlockPasses &p = g.passes;
+      w.forward += p.forward.scaled(n);
+      w.backward += p.backward.scaled(n);
       if (par.recompute == Recompute::Full)
-        w.recompute += p.forward;
+        w.recompute += p.forward.scaled(n);
       else if (par.recompute == Recompute::Selective)
-        w.recompute += p.attentionCore;
-      flops += blockForwardFlopsPerToken(model, g);
-      if (par.recompute == Recompute::Full)
-        recomputed += blockForwardFlopsPerToken(model, g);
-      else if (par.recompute == Recompute::Selective)
-        recomputed += attentionCoreFlopsPerToken(model, g);
-      w.params += double(blockParams(model, g).perRank(mapping.tp));
+        w.recompute += p.attentionCore.scaled(n);
+      flops += n * g.flops;
+      recomputed += n * g.recomputed;
+      w.params += n * g.params;
     }
     double modelFlops = 3 * flops, hardwareFlops = 3 * flops + recomputed;
     if (v == 0) {

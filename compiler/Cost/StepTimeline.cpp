@@ -142,6 +142,44 @@ void simulateTail(const Program &program, const WorkTable &work, int64_t stage,
   tail.end = tail.paramGatherEnd;
 }
 
+/// The schedule of a pipeline shape, built once per thread for the shapes in use: the search
+/// simulates many mappings of a few shapes.
+const std::vector<StageProgram> &cachedSchedule(const PipelineConfig &config) {
+  struct Entry {
+    ScheduleKind kind;
+    int64_t stages, microbatches, chunks;
+    std::vector<StageProgram> programs;
+  };
+  thread_local std::vector<Entry> cache;
+  for (const Entry &e : cache)
+    if (e.kind == config.kind && e.stages == config.stages &&
+        e.microbatches == config.microbatches && e.chunks == config.chunks)
+      return e.programs;
+  if (cache.size() >= 8)
+    cache.erase(cache.begin());
+  cache.push_back({config.kind, config.stages, config.microbatches, config.chunks,
+                   buildPipelineSchedule(config)});
+  return cache.back().programs;
+}
+
+/// stepLowerBound's pipeline part: stage 0 cannot end before the last microbatch's gradient
+/// came back from any stage s, nor any stage before its own passes after the first forward.
+double pipelineBound(const Mapping &mapping, const WorkTable &work, double transfer) {
+  const double M = double(mapping.microbatches);
+  double ramp = 0, back = 0, bound = 0;
+  for (int64_t s = 0; s < mapping.pp; ++s) {
+    double busy = 0;
+    work.forEachChunk(s, [&](const VirtualStageWork &w) {
+      busy += M * (w.forwardSeconds() + w.backwardSeconds());
+    });
+    bound = std::max(bound, ramp + busy + back);
+    const VirtualStageWork &first = work.virtualStages[size_t(s)];
+    ramp += first.forwardSeconds() + transfer;
+    back += first.backwardSeconds() + transfer;
+  }
+  return bound;
+}
+
 } // namespace
 
 llvm::Expected<StepTimeline> simulateStep(const Program &program, const Mapping &mapping,
@@ -159,20 +197,16 @@ llvm::Expected<StepTimeline> simulateStep(const Program &program, const Mapping 
   timeline.messageBytes = work.messageBytes;
   timeline.transferSeconds = work.transferSeconds;
 
-  std::vector<StageProgram> programs = buildPipelineSchedule(config);
+  const std::vector<StageProgram> &programs = cachedSchedule(config);
   llvm::Expected<PipelineRun> verdict =
       runPipeline(config, programs, timeline.forwardSeconds, timeline.backwardSeconds,
                   work.transferSeconds, withOps);
   if (!verdict)
     return verdict.takeError();
-  timeline.pipelineWithoutTransfers = verdict->makespan;
-  if (work.transferSeconds > 0) {
-    llvm::Expected<PipelineRun> free = runPipeline(
-        config, programs, timeline.forwardSeconds, timeline.backwardSeconds, 0, false);
-    if (!free)
-      return free.takeError();
-    timeline.pipelineWithoutTransfers = free->makespan;
-  }
+  // The same pipeline with free transfers, by its bound (exact for equal stages and within a
+  // percent otherwise; the difference is the breakdown's pp part).
+  timeline.pipelineWithoutTransfers =
+      std::min(verdict->makespan, pipelineBound(mapping, work, /*transfer=*/0));
 
   timeline.tails.resize(programs.size());
   for (size_t stage = 0; stage < programs.size(); ++stage)
@@ -219,8 +253,9 @@ double stepLowerBound(const Program &program, const Mapping &mapping, const Work
   std::vector<double> stageEnd(size_t(pp), 0);
   for (int64_t s = 0; s < pp; ++s) {
     double busy = 0;
-    for (const VirtualStageWork *w : work.chunksOf(s))
-      busy += M * (w->forwardSeconds() + w->backwardSeconds());
+    work.forEachChunk(s, [&](const VirtualStageWork &w) {
+      busy += M * (w.forwardSeconds() + w.backwardSeconds());
+    });
     stageEnd[size_t(s)] = ramp + busy;
     pipelineEnd0 = std::max(pipelineEnd0, ramp + busy + back);
     const VirtualStageWork &first = work.virtualStages[size_t(s)];
@@ -233,8 +268,7 @@ double stepLowerBound(const Program &program, const Mapping &mapping, const Work
     double gather = sw.paramGather;
     if (par.overlapParamGather) {
       double firstForward = 0;
-      for (const VirtualStageWork *w : work.chunksOf(s))
-        firstForward += w->forwardSeconds();
+      work.forEachChunk(s, [&](const VirtualStageWork &w) { firstForward += w.forwardSeconds(); });
       gather = std::max(0.0, gather - firstForward);
     }
     double tail = (par.overlapGradReduce ? 0 : sw.gradSync) + sw.embeddingSync + sw.optimizer +

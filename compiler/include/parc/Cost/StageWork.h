@@ -56,12 +56,18 @@ struct StageWork {
 struct WorkTable {
   std::vector<VirtualStageWork> virtualStages; // indexed chunk * pp + stage
   std::vector<StageWork> stages;               // indexed by pipeline stage
+  int64_t stageCount = 1; // pp
   double messageBytes = 0;    // one pipeline send: a microbatch's activations, 1/tp slice
   double transferSeconds = 0; // its time over the pp group's link; 0 when pp = 1
   GroupGeometry tp, dp, pp;
 
   /// The virtual stages of pipeline stage `s`, one per chunk.
   std::vector<const VirtualStageWork *> chunksOf(int64_t stage) const;
+  /// Calls `f` with each of them, without building the list.
+  template <typename F> void forEachChunk(int64_t stage, F f) const {
+    for (size_t v = size_t(stage); v < virtualStages.size(); v += size_t(stageCount))
+      f(virtualStages[v]);
+  }
 };
 
 /// The work of every stage of `program` under `mapping` (as built by checkMapping).
