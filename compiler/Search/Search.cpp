@@ -339,12 +339,40 @@ std::string familyProblem(const Program &program, PureFamily family) {
   return "no micro_batch, schedule or sequence parallel setting of the space passes the rules";
 }
 
+/// The rank order with the axes of size 1 left out: orders that differ only in where such an
+/// axis goes lay the ranks out identically.
+std::array<int, 3> canonicalOrder(const Scored &s) {
+  std::array<int, 3> out = {-1, -1, -1};
+  size_t n = 0;
+  for (Axis a : allOrders()[s.order]) {
+    int64_t size = a == Axis::TP ? s.tp : a == Axis::PP ? s.pp : s.dp;
+    if (size > 1)
+      out[n++] = int(a);
+  }
+  return out;
+}
+
+/// Everything that tells two candidates apart, for a total order of ties and to drop
+/// orders that are the same layout.
+auto identity(const Scored &s) {
+  return std::make_tuple(s.tp, s.pp, s.dp, s.mb, s.kind, s.chunks, s.zero, s.recompute, s.sp,
+                         canonicalOrder(s), s.order);
+}
+
 bool before(const Scored &a, const Scored &b) {
   if (a.bound != b.bound)
     return a.bound < b.bound;
   if (a.bytes != b.bytes)
     return a.bytes < b.bytes;
-  return a.crossing < b.crossing;
+  if (a.crossing != b.crossing)
+    return a.crossing < b.crossing;
+  return identity(a) < identity(b);
+}
+
+bool sameLayout(const Scored &a, const Scored &b) {
+  auto ia = identity(a), ib = identity(b);
+  std::get<10>(ia) = std::get<10>(ib) = 0;
+  return ia == ib;
 }
 
 /// Simulates `s` for its exact step time.
@@ -368,7 +396,9 @@ bool faster(const Candidate &a, const Candidate &b, const Scored &sa, const Scor
     return a.step() < b.step();
   if (sa.bytes != sb.bytes)
     return sa.bytes < sb.bytes;
-  return sa.crossing < sb.crossing;
+  if (sa.crossing != sb.crossing)
+    return sa.crossing < sb.crossing;
+  return identity(sa) < identity(sb);
 }
 
 /// The `k` fastest of `pool` by simulated step: simulates in the order of the bounds until
@@ -380,6 +410,10 @@ std::vector<Candidate> fastest(const Program &program, std::vector<const Scored 
   for (const Scored *s : pool) {
     if (done.size() >= k && s->bound > done[k - 1].first.step())
       break;
+    // An order that differs only in where a size-1 axis goes is the same mapping.
+    if (std::any_of(done.begin(), done.end(),
+                    [&](const auto &d) { return sameLayout(*d.second, *s); }))
+      continue;
     done.push_back({simulate(program, *s), s});
     std::sort(done.begin(), done.end(), [](const auto &a, const auto &b) {
       return faster(a.first, b.first, *a.second, *b.second);

@@ -188,6 +188,10 @@ void printSearch(const SearchResult &r, const Program &program, llvm::raw_ostrea
     }
   os << (any ? "\n" : " none\n");
 
+  if (r.top.empty() && r.closest.empty()) {
+    os << "\nno candidate of the space passes the mapping rules (the rejections above)\n";
+    return;
+  }
   if (r.top.empty()) {
     os << "\nno mapping fits in gpu.memory = "
        << formatBytes(double(program.cluster.gpuMemory)) << "; the closest:\n";
