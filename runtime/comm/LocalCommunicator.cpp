@@ -20,7 +20,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
+#include <optional>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -128,16 +130,40 @@ struct LocalWorld::State {
       if (next < 0)
         return rank;
       auto seen = position.find(next);
-      if (seen != position.end())
+      if (seen != position.end()) {
+        // In a cycle, a receive whose sender has already sent it a later message was skipped:
+        // that is where the stall started, whatever the order the threads blocked in.
+        for (auto it = path.begin() + seen->second; it != path.end(); ++it)
+          if (senderMovedOn(*it))
+            return *it;
         return *std::min_element(path.begin() + seen->second, path.end(), blockedEarlier);
+      }
       rank = next;
     }
   }
 
-  /// A rank blocked in a wait: since when, and whom it still needs.
+  /// True when `rank` waits to receive from a peer that has already sent it a message with
+  /// another tag: the one it waits for will not come.
+  bool senderMovedOn(int64_t rank) const {
+    const BlockedWait &wait = blocked.at(rank);
+    if (!wait.receive)
+      return false;
+    auto [peer, tag] = *wait.receive;
+    for (auto it = mailboxes.lower_bound(std::make_tuple(peer, rank, int64_t(INT64_MIN)));
+         it != mailboxes.end() && std::get<0>(it->first) == peer &&
+         std::get<1>(it->first) == rank;
+         ++it)
+      if (std::get<2>(it->first) != tag && !it->second.empty())
+        return true;
+    return false;
+  }
+
+  /// A rank blocked in a wait: since when, whom it still needs, and for a receive, from whom
+  /// and with which tag.
   struct BlockedWait {
     Clock::time_point since;
     llvm::function_ref<std::vector<int64_t>()> awaited;
+    std::optional<std::pair<int64_t, int64_t>> receive = std::nullopt;
   };
 
   int64_t world;
@@ -200,8 +226,9 @@ private:
   /// instruction, whichever rank's deadline passed first.
   template <typename Ready, typename Awaited, typename Describe>
   void wait(Lock &lock, Clock::time_point deadline, const std::string &what, Ready ready,
-            Awaited awaited, Describe describe) {
-    state.blocked[myRank] = {Clock::now(), awaited};
+            Awaited awaited, Describe describe,
+            std::optional<std::pair<int64_t, int64_t>> receive = std::nullopt) {
+    state.blocked[myRank] = {Clock::now(), awaited, receive};
     auto unblock = llvm::make_scope_exit([&] {
       state.blocked.erase(myRank);
       if (state.blamed == myRank)
@@ -407,7 +434,8 @@ private:
           [&] { return std::vector<int64_t>{transfer.peer}; },
           [&](const std::vector<int64_t> &) {
             return "the matching send of rank " + std::to_string(transfer.peer);
-          });
+          },
+          std::make_pair(transfer.peer, transfer.tag));
       auto it = state.mailboxes.find(box);
       Message message = std::move(it->second.front());
       it->second.pop_front();
