@@ -22,8 +22,7 @@ void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostre
   const ParallelSpec &par = program.parallel;
   os << "layout world " << layout.world() << ", nodes " << program.cluster.nodes
      << " x gpus_per_node " << layout.gpusPerNode << ", tp " << layout.tp << " pp " << layout.pp
-     << " dp " << layout.dp << ", order " << toString(par.order[0]) << "-" << toString(par.order[1])
-     << "-" << toString(par.order[2]) << "\n";
+     << " dp " << layout.dp << ", order " << orderText(par.order) << "\n";
   bool tied = program.model.tiedHead();
   for (int64_t rank = 0; rank < layout.world(); ++rank) {
     Coords c = layout.coordsOf(rank);

@@ -2,6 +2,7 @@
 #include "parc/Cost/Report.h"
 #include "parc/Cost/CostModel.h"
 #include "parc/Cost/MemoryModel.h"
+#include "parc/Support/TextTable.h"
 #include "parc/Support/Units.h"
 
 #include "llvm/Support/Format.h"
@@ -81,64 +82,32 @@ std::string ranksText(const std::vector<int64_t> &group) {
   return out;
 }
 
-std::string fmt(const char *spec, double v) {
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  os << llvm::format(spec, v);
-  return os.str();
-}
 
 /// Decimal units, as the ZeRO paper reports model states.
 std::string decimalBytes(double bytes) {
   if (bytes >= 1e9)
-    return fmt("%.1f GB", bytes / 1e9);
+    return formatNumber("%.1f GB", bytes / 1e9);
   if (bytes >= 1e6)
-    return fmt("%.1f MB", bytes / 1e6);
-  return fmt("%.1f kB", bytes / 1e3);
+    return formatNumber("%.1f MB", bytes / 1e6);
+  return formatNumber("%.1f kB", bytes / 1e3);
 }
 
 std::string paramCount(double n) {
   if (n >= 1e9)
-    return fmt("%.2f B", n / 1e9);
+    return formatNumber("%.2f B", n / 1e9);
   if (n >= 1e6)
-    return fmt("%.2f M", n / 1e6);
-  return fmt("%.0f", n);
+    return formatNumber("%.2f M", n / 1e6);
+  return formatNumber("%.0f", n);
 }
-std::string flops(double f) { return fmt("%.3e", f); }
+std::string flops(double f) { return formatNumber("%.3e", f); }
 
-/// Columns padded to their widest cell; `align` holds 'l' or 'r' for each column.
-void printTable(llvm::raw_ostream &os, const std::vector<std::vector<std::string>> &rows,
-                llvm::StringRef align) {
-  std::vector<size_t> width;
-  for (const auto &row : rows)
-    for (size_t i = 0; i < row.size(); ++i) {
-      width.resize(std::max(width.size(), row.size()), 0);
-      width[i] = std::max(width[i], row[i].size());
-    }
-  for (const auto &row : rows) {
-    std::string line = " ";
-    for (size_t i = 0; i < row.size(); ++i) {
-      std::string pad(width[i] - row[i].size(), ' ');
-      bool last = i + 1 == row.size();
-      line += " ";
-      line += align[i] == 'l' ? row[i] + (last ? "" : pad) : pad + row[i];
-    }
-    os << line << "\n";
-  }
-}
 
-std::string scheduleText(const ParallelSpec &par) {
-  std::string s = toString(par.schedule);
-  if (par.schedule == ScheduleKind::Interleaved)
-    s += "(chunks = " + std::to_string(par.chunks) + ")";
-  return s;
-}
 
 std::string duration(double seconds) {
   if (seconds >= 2 * 86400)
-    return fmt("%.1f days", seconds / 86400);
+    return formatNumber("%.1f days", seconds / 86400);
   if (seconds >= 2 * 3600)
-    return fmt("%.1f hours", seconds / 3600);
+    return formatNumber("%.1f hours", seconds / 3600);
   return formatQuantity(seconds, Dimension::time());
 }
 
@@ -155,13 +124,13 @@ void printStepTime(const CostEstimate &cost, const Program &program, llvm::raw_o
   std::vector<std::vector<std::string>> rows = {{"part", "time", "share"}};
   for (auto [name, seconds] : breakdownParts(cost.breakdown))
     rows.push_back({name, formatQuantity(seconds, Dimension::time()),
-                    fmt("%.1f%%", cost.stepSeconds > 0 ? 100 * seconds / cost.stepSeconds : 0)});
+                    formatNumber("%.1f%%", cost.stepSeconds > 0 ? 100 * seconds / cost.stepSeconds : 0)});
   rows.push_back({"step", formatQuantity(cost.stepSeconds, Dimension::time()), "100.0%"});
   printTable(os, rows, "lrr");
-  os << "  MFU " << fmt("%.1f%%", 100 * cost.mfu) << ", HFU " << fmt("%.1f%%", 100 * cost.hfu)
-     << " (with recompute), " << fmt("%.0f", cost.tokensPerSecond) << " tokens/s";
+  os << "  MFU " << formatNumber("%.1f%%", 100 * cost.mfu) << ", HFU " << formatNumber("%.1f%%", 100 * cost.hfu)
+     << " (with recompute), " << formatNumber("%.0f", cost.tokensPerSecond) << " tokens/s";
   if (cost.trainSeconds > 0)
-    os << ", " << fmt("%.3g", program.train.tokens) << " tokens in "
+    os << ", " << formatNumber("%.3g", program.train.tokens) << " tokens in "
        << duration(cost.trainSeconds);
   os << "\n";
 }
@@ -179,8 +148,7 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
   os << "report for " << model.name << " on " << cluster.name << "\n\n";
 
   os << "layout: " << layout.world() << " ranks = tp " << mapping.tp << " x pp " << mapping.pp
-     << " x dp " << mapping.dp << ", order " << toString(par.order[0]) << "-"
-     << toString(par.order[1]) << "-" << toString(par.order[2]) << ", " << cluster.gpusPerNode
+     << " x dp " << mapping.dp << ", order " << orderText(par.order) << ", " << cluster.gpusPerNode
      << " GPUs per node\n";
   std::vector<std::vector<std::string>> rows = {
       {"group", "ranks", "groups", "rank 0's group", "link"}};
@@ -197,8 +165,8 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
      << " parameters (vocab " << model.vocab << " padded to " << mapping.paddedVocab << "), "
      << mapping.globalBatch << " sequences of " << model.seq << " tokens per step\n";
   os << "pipeline: " << mapping.microbatches << " microbatches of " << mapping.microBatch
-     << " per step, schedule " << scheduleText(par) << ", bubble fraction "
-     << fmt("%.4f", cost.bubbleFraction) << "\n";
+     << " per step, schedule " << par.scheduleText() << ", bubble fraction "
+     << formatNumber("%.4f", cost.bubbleFraction) << "\n";
 
   os << "\nmemory per rank (gpu.memory "
      << formatQuantity(double(memory.gpuMemory), Dimension::size()) << ", zero " << par.zero
@@ -220,7 +188,7 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
     row.push_back(formatBytes(m.activations));
     row.push_back(formatBytes(m.reserve));
     row.push_back(formatBytes(m.total()));
-    row.push_back(fmt("%.1f%%", 100 * m.total() / double(memory.gpuMemory)));
+    row.push_back(formatNumber("%.1f%%", 100 * m.total() / double(memory.gpuMemory)));
     row.push_back(decimalBytes(m.modelStates()));
     rows.push_back(row);
   }
@@ -232,7 +200,7 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
      << "; model states = weights + grads + optimizer, in decimal units (1 GB = 1e9 B)\n";
 
   os << "\nFLOPs per step: model " << flops(cost.modelFlops) << ", with recompute "
-     << flops(cost.hardwareFlops) << " (" << fmt("%.0f", cost.tokensPerStep) << " tokens)\n";
+     << flops(cost.hardwareFlops) << " (" << formatNumber("%.0f", cost.tokensPerStep) << " tokens)\n";
 
   os << "\ncommunication per rank per step (busiest stage):\n";
   rows = {{"group", "bytes", "time", "link", "operations"}};
@@ -293,9 +261,7 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
                                          {"seconds", g.seconds},
                                          {"operations", g.operations}});
 
-  llvm::json::Object breakdown;
-  for (auto [name, seconds] : breakdownParts(cost.breakdown))
-    breakdown[std::string(name) + "_s"] = seconds;
+  llvm::json::Object breakdown = breakdownToJSON(cost.breakdown);
   breakdown["critical_stage"] = cost.criticalStage;
 
   const ParallelSpec &par = program.parallel;
@@ -306,7 +272,7 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
       {"tp", mapping.tp},
       {"pp", mapping.pp},
       {"dp", mapping.dp},
-      {"schedule", scheduleText(par)},
+      {"schedule", par.scheduleText()},
       {"zero", par.zero},
       {"recompute", toString(par.recompute)},
       {"sequence_parallel", par.sequenceParallel},
@@ -334,6 +300,13 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
       {"tokens_per_second", cost.tokensPerSecond},
       {"train_time_s", cost.trainSeconds > 0 ? llvm::json::Value(cost.trainSeconds) : nullptr},
   };
+}
+
+llvm::json::Object breakdownToJSON(const StepBreakdown &breakdown) {
+  llvm::json::Object out;
+  for (auto [name, seconds] : breakdownParts(breakdown))
+    out[std::string(name) + "_s"] = seconds;
+  return out;
 }
 
 void printComparison(const std::vector<std::pair<Program, Mapping>> &jobs,
@@ -364,7 +337,7 @@ void printComparison(const std::vector<std::pair<Program, Mapping>> &jobs,
   fields.push_back(add("micro_batch, M", [](P, M m, C, E) {
     return std::to_string(m.microBatch) + ", " + std::to_string(m.microbatches);
   }));
-  fields.push_back(add("schedule", [](P p, M, C, E) { return scheduleText(p.parallel); }));
+  fields.push_back(add("schedule", [](P p, M, C, E) { return p.parallel.scheduleText(); }));
   fields.push_back(add("zero, recompute", [](P p, M, C, E) {
     return std::to_string(p.parallel.zero) + ", " + toString(p.parallel.recompute) +
            (p.parallel.sequenceParallel ? ", sp" : "");
@@ -381,9 +354,9 @@ void printComparison(const std::vector<std::pair<Program, Mapping>> &jobs,
     }));
   fields.push_back(
       add("step", [](P, M, C c, E) { return formatQuantity(c.stepSeconds, Dimension::time()); }));
-  fields.push_back(add("MFU", [](P, M, C c, E) { return fmt("%.1f%%", 100 * c.mfu); }));
+  fields.push_back(add("MFU", [](P, M, C c, E) { return formatNumber("%.1f%%", 100 * c.mfu); }));
   fields.push_back(
-      add("tokens/s", [](P, M, C c, E) { return fmt("%.0f", c.tokensPerSecond); }));
+      add("tokens/s", [](P, M, C c, E) { return formatNumber("%.0f", c.tokensPerSecond); }));
   for (size_t j = 0; j < jobs.size(); ++j) {
     const auto &[program, mapping] = jobs[j];
     rows[0].push_back(program.parallel.name.empty() ? "(unnamed)" : program.parallel.name);

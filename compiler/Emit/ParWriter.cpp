@@ -55,12 +55,9 @@ void writeParallel(const Program &program, llvm::raw_ostream &os) {
   os << "parallel " << (p.name.empty() ? "" : p.name + " ") << "for " << program.model.name
      << " on " << program.cluster.name << " {\n";
   os << "  tp = " << p.tp << "\n  pp = " << p.pp << "\n  dp = " << p.dp << "\n";
-  os << "  order = " << toString(p.order[0]) << "-" << toString(p.order[1]) << "-"
-     << toString(p.order[2]) << "\n";
+  os << "  order = " << orderText(p.order) << "\n";
   os << "  micro_batch = " << p.microBatch << "\n  global_batch = " << p.globalBatch << "\n";
-  os << "  schedule = " << toString(p.schedule);
-  if (p.schedule == ScheduleKind::Interleaved)
-    os << "(chunks = " << p.chunks << ")";
+  os << "  schedule = " << p.scheduleText();
   os << "\n  zero = " << p.zero << "\n  recompute = " << toString(p.recompute) << "\n";
   os << "  sequence_parallel = " << (p.sequenceParallel ? "true" : "false") << "\n";
   if (!p.stageLayers.empty()) {

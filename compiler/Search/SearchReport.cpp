@@ -1,5 +1,7 @@
 //===- SearchReport.cpp - The ranked table of `parc --search` -------------===//
 #include "parc/Search/SearchReport.h"
+#include "parc/Cost/Report.h"
+#include "parc/Support/TextTable.h"
 #include "parc/Support/Units.h"
 
 #include "llvm/Support/Format.h"
@@ -10,44 +12,11 @@ namespace parc {
 
 namespace {
 
-std::string fmt(const char *spec, double v) {
-  std::string out;
-  llvm::raw_string_ostream os(out);
-  os << llvm::format(spec, v);
-  return os.str();
-}
 
 std::string seconds(double s) { return formatQuantity(s, Dimension::time()); }
 
-std::string scheduleText(const ParallelSpec &p) {
-  std::string s = toString(p.schedule);
-  if (p.schedule == ScheduleKind::Interleaved)
-    s += "(chunks = " + std::to_string(p.chunks) + ")";
-  return s;
-}
-
-std::string orderText(const std::array<Axis, 3> &order) {
-  return std::string(toString(order[0])) + "-" + toString(order[1]) + "-" + toString(order[2]);
-}
-
 double exposedComm(const StepBreakdown &b) { return b.tp + b.pp + b.dp; }
 
-/// Columns padded to their widest cell; `align` holds 'l' or 'r' for each column.
-void printTable(llvm::raw_ostream &os, const std::vector<std::vector<std::string>> &rows,
-                llvm::StringRef align) {
-  std::vector<size_t> width(align.size(), 0);
-  for (const auto &row : rows)
-    for (size_t i = 0; i < row.size() && i < width.size(); ++i)
-      width[i] = std::max(width[i], row[i].size());
-  for (const auto &row : rows) {
-    std::string line = " ";
-    for (size_t i = 0; i < row.size(); ++i) {
-      std::string pad(width[i] - row[i].size(), ' ');
-      line += " " + (align[i] == 'l' ? row[i] + (i + 1 == row.size() ? "" : pad) : pad + row[i]);
-    }
-    os << line << "\n";
-  }
-}
 
 /// Where `loser` spends the most time beyond `best`: "bubble 40.1 s vs 1.4 s".
 std::string whyItLoses(const Candidate &loser, const Candidate &best) {
@@ -69,7 +38,7 @@ std::string whyItLoses(const Candidate &loser, const Candidate &best) {
   double ratio = best.step() > 0 ? loser.step() / best.step() : 1;
   if (!worst || ratio <= 1)
     return "as fast as the best";
-  return fmt("%.2fx slower, mostly ", ratio) + worst + ": " + seconds(mine) + " against " +
+  return formatNumber("%.2fx slower, mostly ", ratio) + worst + ": " + seconds(mine) + " against " +
          seconds(theirs);
 }
 
@@ -104,16 +73,16 @@ std::vector<std::string> row(size_t rank, const Candidate &c, const Program &pro
           std::to_string(p.pp),
           std::to_string(p.dp),
           std::to_string(p.microBatch),
-          scheduleText(p),
+          p.scheduleText(),
           std::to_string(p.zero),
           toString(p.recompute),
           p.sequenceParallel ? "yes" : "no",
           orderText(p.order),
           seconds(c.step()),
-          fmt("%.0f", cost.tokensPerSecond),
-          fmt("%.1f%%", 100 * cost.mfu),
+          formatNumber("%.0f", cost.tokensPerSecond),
+          formatNumber("%.1f%%", 100 * cost.mfu),
           formatBytes(c.maxRankBytes),
-          fmt("%.0f%%", 100 * c.maxRankBytes / memory),
+          formatNumber("%.0f%%", 100 * c.maxRankBytes / memory),
           seconds(cost.breakdown.bubble),
           seconds(exposedComm(cost.breakdown))};
 }
@@ -132,21 +101,13 @@ const char *familyAxes(PureFamily f) {
 
 llvm::json::Object candidateJSON(const Candidate &c) {
   const ParallelSpec &p = c.parallel;
-  llvm::json::Object breakdown;
   const StepBreakdown &b = c.cost.breakdown;
-  breakdown["compute_s"] = b.compute;
-  breakdown["recompute_s"] = b.recompute;
-  breakdown["bubble_s"] = b.bubble;
-  breakdown["tp_s"] = b.tp;
-  breakdown["pp_s"] = b.pp;
-  breakdown["dp_s"] = b.dp;
-  breakdown["optimizer_s"] = b.optimizer;
   return llvm::json::Object{
       {"tp", p.tp},
       {"pp", p.pp},
       {"dp", p.dp},
       {"micro_batch", p.microBatch},
-      {"schedule", scheduleText(p)},
+      {"schedule", p.scheduleText()},
       {"zero", p.zero},
       {"recompute", toString(p.recompute)},
       {"sequence_parallel", p.sequenceParallel},
@@ -157,7 +118,7 @@ llvm::json::Object candidateJSON(const Candidate &c) {
       {"tokens_per_second", c.cost.tokensPerSecond},
       {"bubble_s", b.bubble},
       {"exposed_communication_s", exposedComm(b)},
-      {"step_time_breakdown", std::move(breakdown)},
+      {"step_time_breakdown", breakdownToJSON(b)},
   };
 }
 
@@ -166,7 +127,7 @@ llvm::json::Object candidateJSON(const Candidate &c) {
 std::string mappingText(const ParallelSpec &p) {
   std::string s = "tp " + std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", dp " +
                   std::to_string(p.dp) + ", micro_batch " + std::to_string(p.microBatch) +
-                  ", " + scheduleText(p) + ", zero " + std::to_string(p.zero) +
+                  ", " + p.scheduleText() + ", zero " + std::to_string(p.zero) +
                   ", recompute " + toString(p.recompute);
   if (p.sequenceParallel)
     s += ", sequence parallel";
@@ -176,9 +137,9 @@ std::string mappingText(const ParallelSpec &p) {
 void printSearch(const SearchResult &r, const Program &program, llvm::raw_ostream &os) {
   os << "search for " << program.model.name << " on " << program.cluster.name << " ("
      << program.cluster.world() << " GPUs): " << r.candidates << " candidates, " << r.feasible
-     << " feasible, in " << fmt("%.3f s", r.elapsedSeconds);
+     << " feasible, in " << formatNumber("%.3f s", r.elapsedSeconds);
   if (r.candidates > 0)
-    os << fmt(" (%.2f us a candidate)", 1e6 * r.elapsedSeconds / double(r.candidates));
+    os << formatNumber(" (%.2f us a candidate)", 1e6 * r.elapsedSeconds / double(r.candidates));
   os << "\n  rejected:";
   bool any = false;
   for (size_t i = 0; i < kRejections; ++i)

@@ -52,6 +52,17 @@ const std::array<std::array<Axis, 3>, 6> &allOrders() {
   return orders;
 }
 
+std::string orderText(const std::array<Axis, 3> &order) {
+  return std::string(toString(order[0])) + "-" + toString(order[1]) + "-" + toString(order[2]);
+}
+
+std::string ParallelSpec::scheduleText() const {
+  std::string s = toString(schedule);
+  if (schedule == ScheduleKind::Interleaved)
+    s += "(chunks = " + std::to_string(chunks) + ")";
+  return s;
+}
+
 int64_t ModelSpec::numBlocks() const {
   int64_t n = 0;
   for (const LayerGroup &g : layers)

@@ -103,10 +103,7 @@ void printSummary(const Program &p, const Mapping &mapping, llvm::raw_ostream &o
      << formatQuantity(c.gpuFlops, Dimension::flopRate()) << " each\n";
   os << "mapping  tp " << par.tp << ", pp " << par.pp << ", dp " << mapping.dp
      << (par.dpAuto ? " (auto)" : "") << ", order "
-     << toString(par.order[0]) << "-" << toString(par.order[1]) << "-" << toString(par.order[2])
-     << ", schedule " << toString(par.schedule);
-  if (par.schedule == ScheduleKind::Interleaved)
-    os << "(chunks = " << par.chunks << ")";
+     << orderText(par.order) << ", schedule " << par.scheduleText();
   os << ", zero " << par.zero << ", recompute " << toString(par.recompute)
      << (par.sequenceParallel ? ", sequence parallel" : "") << "\n";
   os << "batch    global " << mapping.globalBatch << " = " << mapping.microbatches

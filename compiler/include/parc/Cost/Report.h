@@ -11,6 +11,7 @@
 #define PARC_COST_REPORT_H
 
 #include "parc/Check/Mapping.h"
+#include "parc/Cost/CostModel.h"
 #include "parc/Sema/Program.h"
 
 #include "llvm/Support/JSON.h"
@@ -26,6 +27,9 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
 
 /// The report as one JSON object.
 llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping);
+
+/// `step_time_breakdown`: every part of the step in seconds, as `--report=json` writes it.
+llvm::json::Object breakdownToJSON(const StepBreakdown &breakdown);
 
 /// Several mappings of one file side by side: their layout, memory, step time and breakdown.
 void printComparison(const std::vector<std::pair<Program, Mapping>> &jobs,

@@ -130,6 +130,8 @@ struct SearchSpace {
 
 /// The six rank orders, fastest-varying axis first, indexed by SearchSpace::order codes.
 const std::array<std::array<Axis, 3>, 6> &allOrders();
+/// "tp-dp-pp", as the language writes an order.
+std::string orderText(const std::array<Axis, 3> &order);
 
 struct ParallelSpec {
   llvm::SMRange headerRange;
@@ -150,6 +152,9 @@ struct ParallelSpec {
   bool overlapGradReduce = false, overlapParamGather = false, tpCommOverlap = false;
   /// The fields written `auto`; the concrete fields above then hold a placeholder.
   SearchSpace space;
+
+  /// "1f1b", "interleaved(chunks = 2)": the schedule as the language writes it.
+  std::string scheduleText() const;
 };
 
 struct TrainSpec {
