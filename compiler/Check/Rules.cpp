@@ -143,11 +143,13 @@ void MappingChecker::checkWorld() {
 }
 
 void MappingChecker::checkModelShape() {
-  if (model.hidden % model.heads != 0) {
+  // A written head_dim sets the width of every head; only hidden / heads must divide.
+  bool headsSplitHidden = model.headDim == 0;
+  if (headsSplitHidden && model.hidden % model.heads != 0) {
     diags.error(at("model.hidden"), "hidden = " + str(model.hidden) +
                                         " is not a multiple of heads = " + str(model.heads) +
                                         ": every attention head needs the same width hidden / "
-                                        "heads; change hidden or heads");
+                                        "heads; change hidden or heads, or write head_dim");
     noteField("model.heads", model.heads);
     failed = true;
   }
@@ -163,7 +165,7 @@ void MappingChecker::checkModelShape() {
   for (const LayerGroup &g : model.layers) {
     if (g.kind != LayerGroup::Transformer)
       continue;
-    if (g.heads != model.heads && model.hidden % g.heads != 0) {
+    if (headsSplitHidden && g.heads != model.heads && model.hidden % g.heads != 0) {
       diags.error(g.range, "layer '" + g.name + "' has heads = " + str(g.heads) +
                                ", which does not divide hidden = " + str(model.hidden) +
                                ": every attention head needs the same width; use heads = " +

@@ -14,7 +14,7 @@ double blockForwardFlopsPerToken(const ModelSpec &model, const LayerGroup &block
   const double h = double(model.hidden), d = double(headDim(model, block));
   const double q = double(block.heads) * d, kv = double(block.kvHeads) * d;
   const double f = double(block.ffn);
-  const double mlpIn = block.mlp == MLPKind::SwiGLU ? 2 * f : f;
+  const double mlpIn = isGated(block.mlp) ? 2 * f : f;
   // Two FLOPs (multiply and add) per weight per token in every linear layer.
   double linear = 2 * (h * (q + 2 * kv) + q * h + h * mlpIn + f * h);
   return linear + attentionCoreFlopsPerToken(model, block);

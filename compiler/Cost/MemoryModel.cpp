@@ -9,9 +9,12 @@
 
 namespace parc {
 
-bool hasLinearBiases(const ModelSpec &model) { return model.norm == Norm::LayerNorm; }
+bool hasLinearBiases(const ModelSpec &model) { return model.bias == LinearBias::All; }
+bool hasQKVBias(const ModelSpec &model) { return model.bias != LinearBias::None; }
 
 int64_t headDim(const ModelSpec &model, const LayerGroup &block) {
+  if (model.headDim > 0)
+    return model.headDim;
   return block.heads > 0 ? model.hidden / block.heads : model.hidden;
 }
 
@@ -25,13 +28,13 @@ int64_t normParams(const ModelSpec &model) {
 ParamCount blockParams(const ModelSpec &model, const LayerGroup &block) {
   const int64_t h = model.hidden, d = headDim(model, block);
   const int64_t q = block.heads * d, kv = block.kvHeads * d, f = block.ffn;
-  const int64_t mlpIn = block.mlp == MLPKind::SwiGLU ? 2 * f : f; // gate and up projections
-  const bool bias = hasLinearBiases(model);
+  const int64_t mlpIn = isGated(block.mlp) ? 2 * f : f; // gate and up projections
+  const bool bias = hasLinearBiases(model), qkvBias = hasQKVBias(model);
   ParamCount p;
   // Column-parallel layers split their weight and bias; row-parallel layers split the weight
   // and keep the bias whole, since it is added after the all-reduce.
-  p.sharded += h * q + (bias ? q : 0); // Q
-  p.keyValue = h * 2 * kv + (bias ? 2 * kv : 0);
+  p.sharded += h * q + (qkvBias ? q : 0); // Q
+  p.keyValue = h * 2 * kv + (qkvBias ? 2 * kv : 0);
   p.kvHeads = block.kvHeads;
   p.sharded += q * h;                                      // attention output projection
   p.replicated += bias ? h : 0;
@@ -46,7 +49,7 @@ ParamCount embeddingParams(const ModelSpec &model, int64_t paddedVocab) {
   ParamCount p;
   p.sharded = paddedVocab * model.hidden; // vocab-parallel
   if (model.position == Position::Learned)
-    p.replicated = model.seq * model.hidden;
+    p.replicated = model.positions() * model.hidden;
   return p;
 }
 
@@ -105,7 +108,7 @@ double blockActivationBytes(const ModelSpec &model, const LayerGroup &block, int
   // Always split by tp: Q, K, V, the attention output feeding the projection, and the MLP's
   // intermediate activations (GeLU: its input and output; SwiGLU: gate and up, then product).
   double split = e * sb * (q + 2 * kv + q);
-  split += block.mlp == MLPKind::SwiGLU ? e * 3 * sb * f : e * 2 * sb * f;
+  split += isGated(block.mlp) ? e * 3 * sb * f : e * 2 * sb * f;
   // The attention core: softmax output, its dropout mask and the dropout output, per head.
   // Selective recompute rebuilds exactly this part in the backward.
   double core = recompute == Recompute::Selective ? 0 : a * s * s * b * (e + 1 + e);

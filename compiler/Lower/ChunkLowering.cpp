@@ -28,7 +28,6 @@ Attrs groupDimAttrs(plan::Group group, int64_t dim) {
   return {{"group", plan::spelling(group).str()}, {"dim", dim}};
 }
 const Attrs linearAttrs = {{"trans_a", false}, {"trans_b", true}};
-const Attrs normAttrs = {{"eps", NormEpsilon}};
 
 /// The activations a block's backward reads: the forward's, or their recomputed copies.
 struct BlockActivations {
@@ -90,7 +89,8 @@ private:
   std::string columnInputGrad(const std::string &normOut);
   void reduceColumnInputGrad(const std::string &normOut);
   std::string columnForward(const std::string &input, const std::string &prefix, int64_t width,
-                            llvm::StringRef sfx);
+                            bool bias, llvm::StringRef sfx);
+  /// dBias empty: the layer has no bias.
   void columnBackward(const std::string &input, const std::string &prefix,
                       const std::string &dInput, const std::string &dWeight,
                       const std::string &dBias);
@@ -110,6 +110,10 @@ private:
   BlockActivations blockForward(int64_t block, const std::string &x, llvm::StringRef sfx,
                                 bool forRecompute);
   void blockBackward(int64_t block, const std::string &x, const BlockActivations &saved);
+  Attrs normAttrs() const { return {{"eps", job.program.model.normEps}}; }
+  Attrs ropeAttrs(int64_t heads) const {
+    return {{"heads", heads}, {"theta", job.program.model.ropeTheta}};
+  }
   Attrs attentionAttrs(const BlockDims &dims) const {
     return {{"causal", true}, {"heads", dims.localHeads}, {"kv_heads", dims.localKvHeads}};
   }
@@ -135,9 +139,9 @@ std::string ChunkLowerer::normForward(const std::string &x, const std::string &p
                                       llvm::StringRef sfx) {
   std::string y = activation(prefix + sfx.str(), job.seqRows(), job.hidden);
   if (job.program.model.norm == Norm::LayerNorm)
-    emit(OpKind::LayerNorm, {x, param(prefix, "weight"), param(prefix, "bias")}, {y}, normAttrs);
+    emit(OpKind::LayerNorm, {x, param(prefix, "weight"), param(prefix, "bias")}, {y}, normAttrs());
   else
-    emit(OpKind::RMSNorm, {x, param(prefix, "weight")}, {y}, normAttrs);
+    emit(OpKind::RMSNorm, {x, param(prefix, "weight")}, {y}, normAttrs());
   if (!job.sequenceParallel)
     return y;
   std::string full = activation(prefix + ".full" + sfx.str(), job.seq, job.hidden);
@@ -150,9 +154,9 @@ void ChunkLowerer::normBackward(const std::string &x, const std::string &prefix,
   std::string dWeight = plan::gradName(param(prefix, "weight"));
   if (job.program.model.norm == Norm::LayerNorm)
     emit(OpKind::LayerNormBwd, {x, param(prefix, "weight"), dy},
-         {dx, dWeight, plan::gradName(param(prefix, "bias"))}, normAttrs);
+         {dx, dWeight, plan::gradName(param(prefix, "bias"))}, normAttrs());
   else
-    emit(OpKind::RMSNormBwd, {x, param(prefix, "weight"), dy}, {dx, dWeight}, normAttrs);
+    emit(OpKind::RMSNormBwd, {x, param(prefix, "weight"), dy}, {dx, dWeight}, normAttrs());
 }
 
 std::string ChunkLowerer::columnInputGrad(const std::string &normOut) {
@@ -172,10 +176,10 @@ void ChunkLowerer::reduceColumnInputGrad(const std::string &normOut) {
 }
 
 std::string ChunkLowerer::columnForward(const std::string &input, const std::string &prefix,
-                                        int64_t width, llvm::StringRef sfx) {
-  std::string product = activation(prefix + (job.biases ? ".mm" : "") + sfx.str(), job.seq, width);
+                                        int64_t width, bool bias, llvm::StringRef sfx) {
+  std::string product = activation(prefix + (bias ? ".mm" : "") + sfx.str(), job.seq, width);
   emit(OpKind::MatMul, {input, param(prefix, "weight")}, {product}, linearAttrs);
-  if (!job.biases)
+  if (!bias)
     return product;
   std::string y = activation(prefix + sfx.str(), job.seq, width);
   emit(OpKind::BiasAdd, {product, param(prefix, "bias")}, {y});
@@ -186,7 +190,7 @@ void ChunkLowerer::columnBackward(const std::string &input, const std::string &p
                                   const std::string &dInput, const std::string &dWeight,
                                   const std::string &dBias) {
   std::string dy = plan::gradName(prefix);
-  if (job.biases) {
+  if (!dBias.empty()) {
     std::string dProduct = gradOf(prefix + ".mm");
     emit(OpKind::BiasAddBwd, {dy}, {dProduct, dBias});
     dy = dProduct;
@@ -367,14 +371,14 @@ BlockActivations ChunkLowerer::blockForward(int64_t block, const std::string &x,
   int64_t d = dims.headDim, qWidth = dims.localHeads * d, kvWidth = dims.localKvHeads * d;
   BlockActivations a;
   a.qkvInput = normForward(x, blockName(block, "ln1"), sfx);
-  a.q = columnForward(a.qkvInput, blockName(block, "attn.q"), qWidth, sfx);
-  a.k = columnForward(a.qkvInput, blockName(block, "attn.k"), kvWidth, sfx);
-  a.v = columnForward(a.qkvInput, blockName(block, "attn.v"), kvWidth, sfx);
+  a.q = columnForward(a.qkvInput, blockName(block, "attn.q"), qWidth, job.qkvBias, sfx);
+  a.k = columnForward(a.qkvInput, blockName(block, "attn.k"), kvWidth, job.qkvBias, sfx);
+  a.v = columnForward(a.qkvInput, blockName(block, "attn.v"), kvWidth, job.qkvBias, sfx);
   if (job.program.model.position == Position::RoPE) {
     std::string q = activation(name("attn.q.rope"), job.seq, qWidth);
-    emit(OpKind::RoPE, {a.q}, {q}, {{"heads", dims.localHeads}, {"theta", RopeTheta}});
+    emit(OpKind::RoPE, {a.q}, {q}, ropeAttrs(dims.localHeads));
     std::string k = activation(name("attn.k.rope"), job.seq, kvWidth);
-    emit(OpKind::RoPE, {a.k}, {k}, {{"heads", dims.localKvHeads}, {"theta", RopeTheta}});
+    emit(OpKind::RoPE, {a.k}, {k}, ropeAttrs(dims.localKvHeads));
     a.q = q;
     a.k = k;
   }
@@ -386,8 +390,10 @@ BlockActivations ChunkLowerer::blockForward(int64_t block, const std::string &x,
   a.mlpInput = normForward(a.residual, blockName(block, "ln2"), sfx);
   bool swiglu = dims.mlp == MLPKind::SwiGLU;
   if (swiglu)
-    a.mlpGate = columnForward(a.mlpInput, blockName(block, "mlp.gate"), dims.localFfn, sfx);
-  a.mlpHidden = columnForward(a.mlpInput, blockName(block, "mlp.up"), dims.localFfn, sfx);
+    a.mlpGate =
+        columnForward(a.mlpInput, blockName(block, "mlp.gate"), dims.localFfn, job.biases, sfx);
+  a.mlpHidden =
+      columnForward(a.mlpInput, blockName(block, "mlp.up"), dims.localFfn, job.biases, sfx);
   a.mlpActivated = activation(name("mlp.act"), job.seq, dims.localFfn);
   if (swiglu)
     emit(OpKind::SwiGLU, {a.mlpGate, a.mlpHidden}, {a.mlpActivated});
@@ -420,7 +426,7 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
   auto mlpColumnBackward = [&](llvm::StringRef layer, const std::string &dInput) {
     std::string prefix = name(layer);
     columnBackward(saved.mlpInput, prefix, dInput, plan::gradName(prefix + ".weight"),
-                   plan::gradName(prefix + ".bias"));
+                   job.biases ? plan::gradName(prefix + ".bias") : "");
   };
   if (dims.mlp == MLPKind::SwiGLU) {
     emit(OpKind::SwiGLUBwd, {saved.mlpGate, saved.mlpHidden, dActivated},
@@ -458,9 +464,9 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
        {gradOf(qName), gradOf(kName), gradOf(name("attn.v"))}, attentionAttrs(dims));
   if (rope) {
     emit(OpKind::RoPEBwd, {plan::gradName(qName)}, {gradOf(name("attn.q"))},
-         {{"heads", dims.localHeads}, {"theta", RopeTheta}});
+         ropeAttrs(dims.localHeads));
     emit(OpKind::RoPEBwd, {plan::gradName(kName)}, {gradOf(name("attn.k"))},
-         {{"heads", dims.localKvHeads}, {"theta", RopeTheta}});
+         ropeAttrs(dims.localKvHeads));
   }
   // q, k and v each contribute a partial gradient of ln1; they add up before the reduction.
   std::string dQkvInput = columnInputGrad(name("ln1"));
@@ -468,7 +474,8 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
     return declare(dQkvInput + "." + part.str(), {job.seq, job.microBatch, job.hidden}, job.dtype);
   };
   columnBackward(saved.qkvInput, name("attn.q"), inputPart("q"),
-                 plan::gradName(name("attn.q.weight")), plan::gradName(name("attn.q.bias")));
+                 plan::gradName(name("attn.q.weight")),
+                 job.qkvBias ? plan::gradName(name("attn.q.bias")) : "");
   Shape weightShape = {dims.localKvHeads * dims.headDim, job.hidden};
   Shape biasShape = {dims.localKvHeads * dims.headDim};
   for (llvm::StringRef kv : {"k", "v"}) {
@@ -476,9 +483,9 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
     std::string weight = prefix + ".weight", bias = prefix + ".bias";
     columnBackward(saved.qkvInput, prefix, inputPart(kv),
                    sharedGradTarget(weight, weightShape, dims),
-                   job.biases ? sharedGradTarget(bias, biasShape, dims) : "");
+                   job.qkvBias ? sharedGradTarget(bias, biasShape, dims) : "");
     sumSharedGrad(weight, weightShape, dims);
-    if (job.biases)
+    if (job.qkvBias)
       sumSharedGrad(bias, biasShape, dims);
   }
   emit(OpKind::ResidualAdd, {dQkvInput + ".q", dQkvInput + ".k"}, {inputPart("qk")});

@@ -21,9 +21,6 @@
 
 namespace parc::lower {
 
-/// Epsilon of every norm and base of the rotary frequencies, as in Megatron-LM and Llama.
-inline constexpr double NormEpsilon = 1e-5;
-inline constexpr double RopeTheta = 10000.0;
 /// Megatron's init_method_std; output projections use it scaled by 1 / sqrt(2 * layers).
 inline constexpr double InitStd = 0.02;
 
@@ -39,7 +36,8 @@ struct Job {
   PipelineConfig pipeline;
   int64_t tp, pp, dp, layers;
   int64_t seq, microBatch, hidden, paddedVocab;
-  bool sequenceParallel, biases, tiedHead;
+  /// biases: on every linear layer; qkvBias: on the query, key and value projections.
+  bool sequenceParallel, biases, qkvBias, tiedHead;
   Recompute recompute;
   plan::DType dtype, gradDtype;
 

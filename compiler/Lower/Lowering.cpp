@@ -33,7 +33,7 @@ plan::ModelSummary modelSummary(const Program &program, const Mapping &mapping) 
   s.hidden = m.hidden;
   s.heads = m.heads;
   s.kvHeads = m.kvHeads;
-  s.headDim = m.hidden / m.heads;
+  s.headDim = m.headDim ? m.headDim : m.hidden / m.heads;
   s.ffn = m.ffn;
   s.layers = m.numBlocks();
   s.norm = m.norm == Norm::LayerNorm ? plan::Norm::LayerNorm : plan::Norm::RMSNorm;
@@ -202,14 +202,48 @@ plan::Manifest buildManifest(const Program &program, const Mapping &mapping,
   return manifest;
 }
 
+namespace {
+bool usesMLP(const ModelSpec &model, MLPKind kind) {
+  return llvm::any_of(model.layers, [&](const LayerGroup &g) {
+    return g.kind == LayerGroup::Transformer && g.mlp == kind;
+  });
+}
+} // namespace
+
 bool checkLowerable(const Program &program, DiagnosticEngine &diags) {
-  if (program.model.dropout > 0) {
-    diags.error(program.rangeOf("model.dropout", program.model.nameRange),
-                "dropout is estimated but not run: parrun's plans have no random masks; "
-                "set 'dropout = 0' to write plans");
-    return false;
-  }
-  return true;
+  const ModelSpec &m = program.model;
+  bool gelu = usesMLP(m, MLPKind::GELU) || usesMLP(m, MLPKind::GeGLU);
+  // What the language describes (for estimates and exports) but parrun does not run.
+  const struct {
+    bool refused;
+    const char *field, *why;
+  } refusals[] = {
+      {m.dropout > 0, "dropout",
+       "dropout is estimated but not run: parrun's plans have no random masks; set "
+       "'dropout = 0' to write plans"},
+      {usesMLP(m, MLPKind::GeGLU), "mlp",
+       "mlp = geglu is estimated but not run: parrun has no GeGLU kernel; plans need gelu or "
+       "swiglu"},
+      {gelu && m.gelu == GELUForm::Tanh, "gelu_approx",
+       "gelu_approx = tanh is estimated but not run: parrun's GELU is the exact (erf) one; set "
+       "'gelu_approx = none' to write plans"},
+      {m.residual == Residual::Parallel, "residual",
+       "residual = parallel is estimated but not run: parrun's blocks add attention and MLP "
+       "in sequence; set 'residual = sequential' to write plans"},
+      {m.position == Position::RoPE && m.rotaryFraction != 1, "rotary_fraction",
+       "a partial rotary embedding is estimated but not run: parrun rotates whole heads; set "
+       "'rotary_fraction = 1' to write plans"},
+      {m.scaleEmbedding, "scale_embedding",
+       "scale_embedding is estimated but not run: parrun does not scale the embeddings; set "
+       "'scale_embedding = false' to write plans"},
+  };
+  bool ok = true;
+  for (const auto &r : refusals)
+    if (r.refused) {
+      diags.error(program.rangeOf(std::string("model.") + r.field, m.nameRange), r.why);
+      ok = false;
+    }
+  return ok;
 }
 
 std::string computeJobPlanId(const Program &program, const Mapping &mapping) {

@@ -17,8 +17,8 @@
 //    replicated and added after the tp reduction.
 //  * word embedding and an untied head are vocab-parallel over the padded vocab; norms and the
 //    learned position embedding are replicated.
-// Linear layers have biases iff the model uses LayerNorm (MemoryModel's hasLinearBiases), so
-// the shards add up to the memory model's parameter counts.
+// Linear layers have biases as model.bias says (MemoryModel's hasLinearBiases and hasQKVBias),
+// so the shards add up to the memory model's parameter counts.
 //
 //===----------------------------------------------------------------------===//
 #include "LowerInternal.h"
@@ -50,7 +50,7 @@ Job::Job(const Program &program, const Mapping &mapping)
       layers(program.model.numBlocks()), seq(program.model.seq), microBatch(mapping.microBatch),
       hidden(program.model.hidden), paddedVocab(mapping.paddedVocab),
       sequenceParallel(program.parallel.sequenceParallel), biases(hasLinearBiases(program.model)),
-      tiedHead(program.model.tiedHead()), recompute(program.parallel.recompute),
+      qkvBias(hasQKVBias(program.model)), tiedHead(program.model.tiedHead()), recompute(program.parallel.recompute),
       dtype(toPlan(program.model.dtype)), gradDtype(toPlan(program.train.gradDtype)) {
   pipeline.kind = program.parallel.schedule;
   pipeline.stages = mapping.pp;
@@ -109,10 +109,10 @@ public:
 
   /// A column-parallel linear layer [rows, in] whose rows [offset, offset + size) are here.
   void column(const std::string &prefix, int64_t rows, int64_t in, int64_t offset, int64_t size,
-              bool countsInGradNorm = true) {
+              bool bias, bool countsInGradNorm = true) {
     split(prefix + ".weight", {rows, in}, plan::ShardKind::Column, offset, size, normal(InitStd),
           countsInGradNorm);
-    if (job.biases)
+    if (bias)
       split(prefix + ".bias", {rows}, plan::ShardKind::Column, offset, size, zeros(),
             countsInGradNorm);
   }
@@ -163,7 +163,8 @@ void addEmbeddingParams(const Job &job, int64_t tpRank, std::vector<plan::ParamS
   addWordEmbedding(job, tpRank, /*countsInGradNorm=*/true, out);
   if (job.program.model.position == Position::Learned)
     ShardBuilder(job, tpRank, out)
-        .replicated(PositionEmbedding.str(), {job.seq, job.hidden}, ShardBuilder::normal(InitStd));
+        .replicated(PositionEmbedding.str(), {job.program.model.positions(), job.hidden},
+                    ShardBuilder::normal(InitStd));
 }
 
 void addBlockParams(const Job &job, int64_t block, int64_t tpRank,
@@ -173,19 +174,20 @@ void addBlockParams(const Job &job, int64_t block, int64_t tpRank,
   int64_t d = dims.headDim, h = job.hidden;
   shards.norm(blockName(block, "ln1"));
   shards.column(blockName(block, "attn.q"), dims.heads * d, h, tpRank * dims.localHeads * d,
-                dims.localHeads * d);
+                dims.localHeads * d, job.qkvBias);
   // A key/value head held by several tp ranks enters the gradient norm once.
   bool kvCounts = tpRank % dims.kvReplicas == 0;
   for (llvm::StringRef kv : {"attn.k", "attn.v"})
     shards.column(blockName(block, kv), dims.kvHeads * d, h, dims.firstKvHead * d,
-                  dims.localKvHeads * d, kvCounts);
+                  dims.localKvHeads * d, job.qkvBias, kvCounts);
   shards.row(blockName(block, "attn.proj"), h, dims.heads * d, tpRank * dims.localHeads * d,
              dims.localHeads * d);
   shards.norm(blockName(block, "ln2"));
-  if (dims.mlp == MLPKind::SwiGLU)
+  if (isGated(dims.mlp))
     shards.column(blockName(block, "mlp.gate"), dims.ffn, h, tpRank * dims.localFfn,
-                  dims.localFfn);
-  shards.column(blockName(block, "mlp.up"), dims.ffn, h, tpRank * dims.localFfn, dims.localFfn);
+                  dims.localFfn, job.biases);
+  shards.column(blockName(block, "mlp.up"), dims.ffn, h, tpRank * dims.localFfn, dims.localFfn,
+                job.biases);
   shards.row(blockName(block, "mlp.down"), h, dims.ffn, tpRank * dims.localFfn, dims.localFfn);
 }
 

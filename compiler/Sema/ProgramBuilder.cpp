@@ -4,14 +4,30 @@
 
 #include "llvm/Support/Format.h"
 
+#include <algorithm>
+
 namespace parc {
 
 const char *toString(DType d) {
   return d == DType::FP32 ? "fp32" : d == DType::BF16 ? "bf16" : "fp16";
 }
 const char *toString(Norm n) { return n == Norm::LayerNorm ? "layernorm" : "rmsnorm"; }
-const char *toString(MLPKind m) { return m == MLPKind::GELU ? "gelu" : "swiglu"; }
+llvm::ArrayRef<llvm::StringRef> mlpKindWords() {
+  static const llvm::StringRef words[] = {"gelu", "swiglu", "geglu"};
+  return words;
+}
+const char *toString(MLPKind m) { return mlpKindWords()[size_t(m)].data(); }
+const char *toString(GELUForm g) { return g == GELUForm::Exact ? "none" : "tanh"; }
 const char *toString(Position p) { return p == Position::Learned ? "learned" : "rope"; }
+const char *toString(LinearBias b) {
+  return b == LinearBias::All ? "all" : b == LinearBias::QKV ? "qkv" : "none";
+}
+const char *toString(Residual r) { return r == Residual::Sequential ? "sequential" : "parallel"; }
+MLPKind mlpKindOf(llvm::StringRef word) {
+  llvm::ArrayRef<llvm::StringRef> words = mlpKindWords();
+  auto it = std::find(words.begin(), words.end(), word);
+  return it == words.end() ? MLPKind::GELU : MLPKind(it - words.begin());
+}
 const char *toString(ScheduleKind s) {
   return s == ScheduleKind::GPipe ? "gpipe" : s == ScheduleKind::OneFOneB ? "1f1b" : "interleaved";
 }
@@ -256,11 +272,8 @@ void fillSearchSpace(const ResolvedBlock &block, SearchSpace &space) {
 
 } // namespace
 
-void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBlock,
-                 const ResolvedBlock &parallelBlock, const ResolvedBlock *trainBlock,
-                 Program &program) {
+void fillModel(const ResolvedBlock &modelBlock, ModelSpec &model) {
   FieldReader m{modelBlock};
-  ModelSpec &model = program.model;
   model.name = modelBlock.name;
   model.nameRange = modelBlock.headerRange;
   model.dtype = m.dtype("dtype");
@@ -271,11 +284,65 @@ void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBl
   model.kvHeads = m.integer("kv_heads");
   model.ffn = m.integer("ffn");
   model.norm = m.word("norm") == "rmsnorm" ? Norm::RMSNorm : Norm::LayerNorm;
-  model.mlp = m.word("mlp") == "swiglu" ? MLPKind::SwiGLU : MLPKind::GELU;
+  model.mlp = mlpKindOf(m.word("mlp"));
   model.position = m.word("position") == "rope" ? Position::RoPE : Position::Learned;
   model.attention = m.word("attention") == "standard" ? Attention::Standard : Attention::Flash;
   model.dropout = m.real("dropout");
+  model.headDim = m.integer("head_dim");
+  // GPT-2's LayerNorm models have biases everywhere, Llama's RMSNorm models none.
+  std::string bias = m.word("bias");
+  model.bias = bias == "qkv"    ? LinearBias::QKV
+               : bias == "none" ? LinearBias::None
+               : bias == "all" || model.norm == Norm::LayerNorm ? LinearBias::All
+                                                                : LinearBias::None;
+  model.gelu = m.word("gelu_approx") == "tanh" ? GELUForm::Tanh : GELUForm::Exact;
+  model.residual = m.word("residual") == "parallel" ? Residual::Parallel : Residual::Sequential;
+  model.normEps = m.real("norm_eps");
+  model.ropeTheta = m.real("rope_theta");
+  model.rotaryFraction = m.real("rotary_fraction");
+  model.maxPositions = m.integer("max_positions");
+  model.scaleEmbedding = m.flag("scale_embedding");
   model.layers = modelBlock.layers;
+}
+
+void checkModelValues(const ModelSpec &model, const ResolvedBlock &block,
+                      DiagnosticEngine &diags) {
+  auto at = [&](llvm::StringRef name) {
+    const ResolvedField *f = block.field(name);
+    return f && !f->defaulted ? f->range : block.headerRange;
+  };
+  auto real = [](double v) { return Value::real(v).str(); };
+  if (model.dropout >= 1)
+    diags.error(at("dropout"), "'dropout' is a probability below 1; got " + real(model.dropout));
+  for (auto [name, value] : {std::pair{"norm_eps", model.normEps}, {"rope_theta", model.ropeTheta}})
+    if (value <= 0)
+      diags.error(at(name), "'" + std::string(name) + "' must be above 0; got " + real(value));
+  if (model.rotaryFraction <= 0 || model.rotaryFraction > 1)
+    diags.error(at("rotary_fraction"), "'rotary_fraction' is the share of each head that "
+                                       "rotates, above 0 and at most 1; got " +
+                                           real(model.rotaryFraction));
+  if (model.positions() < model.seq)
+    diags.error(at("max_positions"),
+                "max_positions = " + std::to_string(model.positions()) + " is below seq = " +
+                    std::to_string(model.seq) +
+                    ": the model must have a position for every token of a sequence");
+  if (model.position != Position::RoPE || model.heads <= 0 || diags.hasErrors())
+    return;
+  // Rotary embeddings turn pairs of dimensions: the rotated part of a head must be even.
+  int64_t width = model.headDim ? model.headDim : model.hidden / model.heads;
+  double rotated = double(width) * model.rotaryFraction;
+  if (rotated != double(int64_t(rotated)) || int64_t(rotated) % 2 != 0)
+    diags.error(at(model.rotaryFraction != 1 ? "rotary_fraction" : "head_dim"),
+                "rotary embeddings turn pairs of dimensions, but " + real(rotated) +
+                    " of each head's " + std::to_string(width) +
+                    " dimensions would rotate; use an even head width");
+}
+
+void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBlock,
+                 const ResolvedBlock &parallelBlock, const ResolvedBlock *trainBlock,
+                 Program &program) {
+  fillModel(modelBlock, program.model);
+  const ModelSpec &model = program.model;
 
   FieldReader c{clusterBlock};
   ClusterSpec &cluster = program.cluster;

@@ -59,6 +59,10 @@ FieldSpec searchable(FieldSpec spec) {
 FieldSpec optionalEnum(llvm::StringRef name, std::vector<llvm::StringRef> words) {
   return {name, FT::Enum, false, "", {}, std::move(words)};
 }
+std::vector<llvm::StringRef> mlpWords() {
+  llvm::ArrayRef<llvm::StringRef> words = mlpKindWords();
+  return {words.begin(), words.end()};
+}
 std::vector<llvm::StringRef> gpuKindWords() {
   std::vector<llvm::StringRef> words;
   for (const GPUDatasheet &row : gpuDatasheets())
@@ -79,10 +83,20 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           count("kv_heads", false, "heads"),
           count("ffn", true),
           enumeration("norm", {"layernorm", "rmsnorm"}, "layernorm"),
-          enumeration("mlp", {"gelu", "swiglu"}, "gelu"),
+          enumeration("mlp", mlpWords(), "gelu"),
           enumeration("position", {"learned", "rope"}, "learned"),
           enumeration("attention", {"flash", "standard"}, "flash"),
           real("dropout", "0"),
+          // What a Hugging Face config can say beyond the above (docs/interop.md).
+          count("head_dim", false),
+          optionalEnum("bias", {"all", "qkv", "none"}),
+          enumeration("gelu_approx", {"none", "tanh"}, "none"),
+          enumeration("residual", {"sequential", "parallel"}, "sequential"),
+          real("norm_eps", "1e-5"),
+          real("rope_theta", "10000"),
+          real("rotary_fraction", "1"),
+          count("max_positions", false, "seq"),
+          flag("scale_embedding"),
       },
       {}};
   // Fields a datasheet can fill are optional here; Sema completes them from `kind` and
@@ -177,7 +191,7 @@ const BlockSchema &layerOverrideSchema() {
           count("heads", false),
           count("kv_heads", false),
           count("ffn", false),
-          enumeration("mlp", {"gelu", "swiglu"}, "gelu"),
+          enumeration("mlp", mlpWords(), "gelu"),
       },
       {}};
   return overrides;

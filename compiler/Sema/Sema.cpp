@@ -3,15 +3,19 @@
 #include "parc/Sema/GPUKinds.h"
 #include "parc/Support/NameSuggest.h"
 
+#include "llvm/ADT/SmallPtrSet.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
 namespace parc {
 using namespace sema;
 
-// Defined in ProgramBuilder.cpp: the typed Program from the resolved blocks.
+// Defined in ProgramBuilder.cpp: the typed Program from the resolved blocks, and the checks
+// of the model's values that need several of its fields.
+void fillModel(const ResolvedBlock &model, ModelSpec &spec);
 void fillProgram(const ResolvedBlock &model, const ResolvedBlock &cluster,
                  const ResolvedBlock &parallel, const ResolvedBlock *train, Program &program);
+void checkModelValues(const ModelSpec &spec, const ResolvedBlock &model, DiagnosticEngine &diags);
 
 const ResolvedField *ResolvedBlock::field(llvm::StringRef name) const {
   for (const ResolvedField &f : fields)
@@ -53,6 +57,7 @@ public:
         eval(diags, [this](llvm::StringRef n) { return lookupBlock(n); }, std::move(blockNames)) {}
 
   std::optional<std::vector<Program>> run(const ast::Module &module, ResolvedModule *out);
+  std::optional<ModelSpec> runModel(const ast::Module &module);
 
 private:
   const ResolvedBlock *lookupBlock(llvm::StringRef name) const {
@@ -368,7 +373,7 @@ std::optional<LayerGroup> Analyzer::resolveLayer(const ast::LayerDecl &decl, con
   g.kvHeads = intField("kv_heads");
   g.ffn = intField("ffn");
   const ResolvedField *mlp = model.field("mlp");
-  g.mlp = mlp && mlp->value.word == "swiglu" ? MLPKind::SwiGLU : MLPKind::GELU;
+  g.mlp = mlp ? mlpKindOf(mlp->value.word) : MLPKind::GELU;
   bool kvWritten = false;
   llvm::StringMap<llvm::SMRange> seen;
   for (const ast::Field &o : decl.overrides) {
@@ -398,7 +403,7 @@ std::optional<LayerGroup> Analyzer::resolveLayer(const ast::LayerDecl &decl, con
     else if (o.name == "ffn")
       g.ffn = v->i;
     else
-      g.mlp = v->word == "swiglu" ? MLPKind::SwiGLU : MLPKind::GELU;
+      g.mlp = mlpKindOf(v->word);
   }
   // Overriding heads without kv_heads keeps plain multi-head attention when the model has it.
   const ResolvedField *kv = model.field("kv_heads");
@@ -619,6 +624,7 @@ std::optional<std::vector<Program>> Analyzer::run(const ast::Module &module,
       tr = &b;
   }
   std::vector<Program> programs;
+  llvm::SmallPtrSet<const ResolvedBlock *, 2> checkedModels; // a model's errors said once
   for (size_t i = 0; i < parallels.size() && i < pars.size(); ++i) {
     const ast::Block *parallel = parallels[i];
     const ResolvedBlock *model = findRef(parallel->modelRef, parallel->modelRefRange,
@@ -635,6 +641,8 @@ std::optional<std::vector<Program>> Analyzer::run(const ast::Module &module,
     recordRanges(*pars[i], "parallel.", program);
     if (tr)
       recordRanges(*tr, "train.", program);
+    if (checkedModels.insert(model).second)
+      checkModelValues(program.model, *model, diags);
     checkProgramValues(program, *cluster);
     programs.push_back(std::move(program));
   }
@@ -643,12 +651,33 @@ std::optional<std::vector<Program>> Analyzer::run(const ast::Module &module,
   return programs;
 }
 
+std::optional<ModelSpec> Analyzer::runModel(const ast::Module &module) {
+  Scope fileScope;
+  const ResolvedBlock *model = nullptr;
+  for (const auto &block : module.blocks) {
+    if (block->kind != ast::Block::Model) {
+      diags.error(block->headerRange, "expected only a model block here");
+      return std::nullopt;
+    }
+    resolved.emplace_back();
+    resolveBlock(*block, schemaFor(block->kind), resolved.back(), &fileScope);
+    model = &resolved.back();
+  }
+  if (!model || resolved.size() != 1) {
+    diags.error(module.endLoc, "expected exactly one model block");
+    return std::nullopt;
+  }
+  ModelSpec spec;
+  fillModel(*model, spec);
+  checkModelValues(spec, *model, diags);
+  if (diags.hasErrors())
+    return std::nullopt;
+  return spec;
+}
+
 /// Values whose validity depends on another block: the peak for the model's dtype.
 void Analyzer::checkProgramValues(const Program &program, const ResolvedBlock &cluster) {
   const ModelSpec &model = program.model;
-  if (model.dropout >= 1)
-    diags.error(program.rangeOf("model.dropout", model.nameRange),
-                "'dropout' is a probability below 1; got " + Value::real(model.dropout).str());
   if (program.cluster.gpuFlops <= 0) {
     const ResolvedBlock *gpu = cluster.nestedBlock("gpu");
     std::string dtype = toString(model.dtype);
@@ -684,6 +713,13 @@ std::optional<Program> analyze(const ast::Module &module, DiagnosticEngine &diag
     return std::nullopt;
   }
   return std::move(all->front());
+}
+
+std::optional<ModelSpec> analyzeModel(const ast::Module &module, DiagnosticEngine &diags) {
+  std::vector<llvm::StringRef> names;
+  for (const auto &b : module.blocks)
+    names.push_back(b->name);
+  return Analyzer(diags, std::move(names)).runModel(module);
 }
 
 } // namespace parc

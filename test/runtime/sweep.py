@@ -21,6 +21,8 @@ Cases (world = tp * pp * dp <= 8, tp in {1,2,4}, pp in {1,2,4}, dp in {1,2}):
   - zero 0-3 x recompute none/selective/full x sequence parallel off/on on tp 2 pp 2 dp 2,
     cycling the three schedules;
   - kv_heads 2 under every mapping;
+  - imported models' fields (VARIANTS: q/k/v-only biases, head_dim, rope_theta, norm_eps,
+    max_positions) on a few mappings;
   - ZeRO, recompute and sequence parallelism on the other mappings with tp > 1 and dp > 1;
   - a subset in fp32 (tolerance 1e-5);
   - with --mpirun, a subset as one process per rank under the launcher (--comm=mpi).
@@ -111,15 +113,25 @@ ADAM_EPS = {"fp64": "1e-8", "fp32": "1e-3", "mixed": "1e-3"}
 GRAD_BUCKET_ARGS = ["--grad-bucket-mb", "0.001"]
 
 
+# Model fields an imported Hugging Face config brings (docs/interop.md), on top of GPT's or
+# Llama's block: Qwen2's q/k/v-only biases with heads wider than hidden / heads and its rotary
+# base and norm epsilon; GPT-2's learned table longer than the sequence, with narrow heads.
+VARIANTS = {
+    "qwen": "  bias = qkv\n  head_dim = 24\n  rope_theta = 1e6\n  norm_eps = 1e-6\n",
+    "gpt2": "  head_dim = 8\n  max_positions = 48\n",
+}
+
+
 class Case:
     def __init__(self, tp, pp, dp, schedule, zero=0, recompute="none", sp=False, kv_heads=4,
-                 precision="fp64", comm="local", llama=False):
+                 precision="fp64", comm="local", llama=False, variant=None):
         self.tp, self.pp, self.dp = tp, pp, dp
         self.schedule, self.zero, self.recompute, self.sp = schedule, zero, recompute, sp
         self.kv_heads, self.precision, self.comm = kv_heads, precision, comm
         # Llama's block: rmsnorm, swiglu and rotary positions instead of GPT's layernorm, gelu
         # and learned positions.
         self.llama = llama
+        self.variant = variant
         # Interleaving 2 chunks over pp 4 needs 8 blocks; the reference then has 8 as well.
         self.blocks = 8 if schedule == "interleaved" and pp == 4 else 4
 
@@ -128,7 +140,7 @@ class Case:
         return self.tp * self.pp * self.dp
 
     def model_key(self):
-        return (self.blocks, self.kv_heads, self.precision, self.llama)
+        return (self.blocks, self.kv_heads, self.precision, self.llama, self.variant)
 
     def name(self):
         parts = [f"tp{self.tp} pp{self.pp} dp{self.dp} {self.schedule}"]
@@ -142,6 +154,8 @@ class Case:
             parts.append(f"kv{self.kv_heads}")
         if self.llama:
             parts.append("llama")
+        if self.variant:
+            parts.append(self.variant)
         if self.blocks != 4:
             parts.append(f"{self.blocks}blk")
         parts.append(self.precision)
@@ -153,7 +167,8 @@ class Case:
         schedule_text = "interleaved(chunks = 2)" if self.schedule == "interleaved" else self.schedule
         llama_lines = "  norm     = rmsnorm\n  mlp      = swiglu\n  position = rope\n"
         return MODEL.format(eps=ADAM_EPS[self.precision], kv_line=f"  kv_heads = {self.kv_heads}\n" if self.kv_heads != 4 else "",
-                            arch_lines=llama_lines if self.llama else "",
+                            arch_lines=(llama_lines if self.llama else "") +
+                            VARIANTS.get(self.variant, ""),
                             blocks=self.blocks, world=self.world, tp=self.tp, pp=self.pp,
                             dp=self.dp, schedule_text=schedule_text, zero=self.zero,
                             recompute=self.recompute, sp="true" if self.sp else "false")
@@ -191,6 +206,14 @@ def build_cases(with_mpi):
         Case(2, 2, 2, "interleaved", 1, "selective", True, kv_heads=2, llama=True),
         Case(4, 1, 2, "gpipe", 3, "full", True, kv_heads=1, llama=True),
         Case(2, 2, 2, "1f1b", kv_heads=2, precision="fp32", llama=True),
+    ]
+    # Imported models' fields across tp (column and row shards of the biases and wide heads),
+    # pp, dp with ZeRO, recompute and sequence parallelism.
+    cases += [
+        Case(2, 2, 2, "1f1b", 1, "selective", True, kv_heads=2, llama=True, variant="qwen"),
+        Case(4, 1, 2, "gpipe", 3, "full", kv_heads=1, llama=True, variant="qwen"),
+        Case(2, 2, 2, "interleaved", 2, "full", True, variant="gpt2"),
+        Case(4, 1, 1, "1f1b", 0, "selective", variant="gpt2"),
     ]
     # fp32: the arithmetic is the same, only rounding differs.
     cases += [
@@ -256,7 +279,8 @@ def references_for(cases):
     references = {}
     for case in cases:
         references.setdefault(case.model_key(), Case(1, 1, 1, "1f1b", kv_heads=case.kv_heads,
-                                                      precision=case.precision, llama=case.llama))
+                                                      precision=case.precision, llama=case.llama,
+                                                      variant=case.variant))
         references[case.model_key()].blocks = case.blocks
     return references
 

@@ -278,6 +278,7 @@ TEST(RankPlanStream, MatchesThePlanWriterByteForByte) {
     p.parallel.sequenceParallel = variant >= 2;
     if (variant >= 2) {
       p.model.norm = Norm::RMSNorm;
+      p.model.bias = LinearBias::None;
       p.model.position = Position::RoPE;
       p.model.mlp = p.model.layers[1].mlp = MLPKind::SwiGLU;
       p.model.kvHeads = p.model.layers[1].kvHeads = 2;

@@ -39,6 +39,7 @@ ModelSpec llama70b() {
   m.kvHeads = m.layers[1].kvHeads = 8;
   m.ffn = m.layers[1].ffn = 28672;
   m.norm = Norm::RMSNorm;
+  m.bias = LinearBias::None;
   m.mlp = m.layers[1].mlp = MLPKind::SwiGLU;
   m.position = Position::RoPE;
   return m;
@@ -105,6 +106,34 @@ TEST(MemoryModel, Llama2With70BMatchesTheReleasedCheckpoint) {
   // 68,976,648,192 parameters in the released Llama-2-70B (no biases, RMSNorm, untied head).
   EXPECT_EQ(totalParams(llama70b(), 32000), 68976648192);
   EXPECT_FALSE(hasLinearBiases(llama70b()));
+}
+
+TEST(MemoryModel, QKVBiasHeadDimAndPositionTableCount) {
+  // Qwen2-0.5B: biases on q, k and v only, a tied head; 494,032,768 parameters as
+  // transformers counts them.
+  ModelSpec qwen = llama70b();
+  qwen.hidden = 896;
+  qwen.heads = qwen.layers[1].heads = 14;
+  qwen.kvHeads = qwen.layers[1].kvHeads = 2;
+  qwen.ffn = qwen.layers[1].ffn = 4864;
+  qwen.layers[1].count = 24;
+  qwen.layers.back().tiedTo = "embed";
+  qwen.bias = LinearBias::QKV;
+  EXPECT_EQ(totalParams(qwen, 151936), 494032768);
+  // A head wider than hidden / heads (Gemma-7B: 16 heads of 256 on hidden 3072) widens q, k, v
+  // and the output projection.
+  ModelSpec wide = qwen;
+  wide.bias = LinearBias::None;
+  wide.hidden = 3072;
+  wide.heads = wide.kvHeads = wide.layers[1].heads = wide.layers[1].kvHeads = 16;
+  wide.headDim = 256;
+  EXPECT_EQ(headDim(wide, wide.layers[1]), 256);
+  EXPECT_EQ(blockParams(wide, wide.layers[1]).sharded,
+            3072 * 4096 * 2 + 3 * 3072 * int64_t(4864));
+  // GPT-2: 1024 learned positions whatever the sequence trained on.
+  ModelSpec gpt2 = gptModel(768, 12, 12, 50257, 512, true);
+  gpt2.maxPositions = 1024;
+  EXPECT_EQ(totalParams(gpt2, 50257), 124439808);
 }
 
 TEST(MemoryModel, KeyValueHeadsFewerThanTPRanksAreWholeOnEachRank) {

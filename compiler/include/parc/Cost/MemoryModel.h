@@ -43,14 +43,18 @@ struct ParamCount {
   }
 };
 
-/// Megatron's GPT has a bias on every linear layer; the Llama family (RMSNorm) has none.
+/// Megatron's GPT has a bias on every linear layer; the Llama family (RMSNorm) has none; Qwen2
+/// only on the query, key and value projections (model.bias).
 bool hasLinearBiases(const ModelSpec &model);
-/// hidden / heads of the block's group: the width of one attention head.
+bool hasQKVBias(const ModelSpec &model);
+/// The width of one attention head: the model's head_dim, or hidden / heads of the block's
+/// group.
 int64_t headDim(const ModelSpec &model, const LayerGroup &block);
 
 /// One transformer block: QKV, output projection, MLP, their biases and two norms.
 ParamCount blockParams(const ModelSpec &model, const LayerGroup &block);
-/// Word embedding over the padded vocab, plus learned positions (not split by tp).
+/// Word embedding over the padded vocab, plus learned positions, max_positions of them (not
+/// split by tp).
 ParamCount embeddingParams(const ModelSpec &model, int64_t paddedVocab);
 /// The output projection over the padded vocab (its own matrix, whether or not it is tied).
 ParamCount headParams(const ModelSpec &model, int64_t paddedVocab);

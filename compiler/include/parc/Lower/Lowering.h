@@ -33,7 +33,9 @@
 namespace parc {
 
 /// Reports, at the field, what a job may describe for its estimates but the plans cannot
-/// express (dropout: parrun has no random masks). Returns true when the job can be lowered.
+/// express (dropout: parrun has no random masks; GeGLU, tanh GELU, parallel residuals, partial
+/// rotary embeddings, embedding scaling: no kernels or lowering). Returns true when the job
+/// can be lowered.
 bool checkLowerable(const Program &program, DiagnosticEngine &diags);
 
 /// The plan id of a job. Every rank plan is a pure function of the job description (model,

@@ -8,7 +8,9 @@
 #ifndef PARC_SEMA_PROGRAM_H
 #define PARC_SEMA_PROGRAM_H
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
 #include "llvm/Support/SMLoc.h"
 #include <array>
 #include <cstdint>
@@ -20,8 +22,18 @@ namespace parc {
 
 enum class DType { FP32, BF16, FP16 };
 enum class Norm { LayerNorm, RMSNorm };
-enum class MLPKind { GELU, SwiGLU };
+/// GELU and the two gated units: SwiGLU (silu(gate) * up) and GeGLU (gelu(gate) * up).
+enum class MLPKind { GELU, SwiGLU, GeGLU };
+/// GELU exactly (erf, PyTorch's default and Megatron's; gelu_approx = none) or its tanh
+/// approximation (GPT-2's "gelu_new", Megatron's --openai-gelu).
+enum class GELUForm { Exact, Tanh };
 enum class Position { Learned, RoPE };
+/// Which linear layers add a bias: all of them (GPT-2), only the query/key/value projections
+/// (Qwen2; Megatron's --disable-bias-linear --add-qkv-bias) or none (Llama).
+enum class LinearBias { All, QKV, None };
+/// Sequential: x + attn(ln1(x)), then + mlp(ln2(.)); parallel (GPT-NeoX, GPT-J):
+/// x + attn(ln1(x)) + mlp(ln2(x)).
+enum class Residual { Sequential, Parallel };
 enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
 enum class Recompute { None, Selective, Full };
 enum class Optimizer { Adam, SGD };
@@ -36,7 +48,15 @@ enum class IntraNodeKind { NVLink, PCIe };
 const char *toString(DType);
 const char *toString(Norm);
 const char *toString(MLPKind);
+const char *toString(GELUForm);
 const char *toString(Position);
+const char *toString(LinearBias);
+const char *toString(Residual);
+/// The spellings of MLPKind, in enum order (the schema's words and toString's).
+llvm::ArrayRef<llvm::StringRef> mlpKindWords();
+MLPKind mlpKindOf(llvm::StringRef word);
+/// Gated units have two input projections (gate and up).
+inline bool isGated(MLPKind m) { return m != MLPKind::GELU; }
 const char *toString(ScheduleKind);
 const char *toString(Recompute);
 const char *toString(Optimizer);
@@ -68,9 +88,21 @@ struct ModelSpec {
   /// FlashAttention keeps no s x s scores; standard attention (Megatron's fused softmax) does.
   Attention attention = Attention::Flash;
   double dropout = 0; // hidden and attention dropout probability; 0 keeps no masks
+  /// The width of one attention head as written, or 0: hidden / heads of each layer.
+  int64_t headDim = 0;
+  LinearBias bias = LinearBias::All;
+  GELUForm gelu = GELUForm::Exact;
+  Residual residual = Residual::Sequential;
+  double normEps = 1e-5;
+  double ropeTheta = 10000;     // base of the rotary frequencies
+  double rotaryFraction = 1;    // share of each head's dimensions that rotate
+  int64_t maxPositions = 0;     // rows of a learned position table, at least seq; 0: seq
+  bool scaleEmbedding = false;  // embeddings times sqrt(hidden) (Gemma)
   std::vector<LayerGroup> layers;
 
   int64_t numBlocks() const;
+  /// Positions the model has: max_positions, or seq where it was not set.
+  int64_t positions() const { return maxPositions > 0 ? maxPositions : seq; }
   bool tiedHead() const;
   /// The transformer block at global index `i` (0-based) belongs to this group.
   const LayerGroup &blockGroup(int64_t i) const;

@@ -84,6 +84,10 @@ std::optional<Program> analyze(const ast::Module &module, DiagnosticEngine &diag
 std::optional<std::vector<Program>> analyzeAll(const ast::Module &module, DiagnosticEngine &diags,
                                                ResolvedModule *resolved = nullptr);
 
+/// Checks and evaluates a module that holds one model block and nothing else (an imported
+/// model): its typed model, or nothing after an error.
+std::optional<ModelSpec> analyzeModel(const ast::Module &module, DiagnosticEngine &diags);
+
 /// --emit=ast: the resolved model in a stable text form, one field a line with its location.
 void printResolved(const ResolvedModule &module, llvm::SourceMgr &sourceMgr,
                    llvm::raw_ostream &os);
