@@ -15,6 +15,7 @@
 #include "parc/Cost/StepTimeline.h"
 #include "parc/Emit/Trace.h"
 #include "parc/Frontend/Parser.h"
+#include "parc/Interop/HFImport.h"
 #include "parc/Lower/Lowering.h"
 #include "parc/Lower/PlanText.h"
 #include "parc/Plan/PlanJSON.h"
@@ -37,8 +38,12 @@ namespace {
 
 cl::OptionCategory parcCategory("parc options");
 
-cl::opt<std::string> inputFile(cl::Positional, cl::desc("<file.par>"), cl::Required,
-                               cl::cat(parcCategory));
+cl::opt<std::string> inputFile(cl::Positional, cl::desc("<file.par>"), cl::cat(parcCategory));
+cl::opt<std::string> importHF(
+    "import-hf",
+    cl::desc("Write the model of a Hugging Face config.json as a .par model block (to -o FILE, "
+             "or stdout) instead of planning a .par file"),
+    cl::value_desc("config.json"), cl::cat(parcCategory));
 cl::opt<std::string> outputPath(
     "o",
     cl::desc("Write every rank's plan and manifest.json to this directory, replacing a previous "
@@ -161,6 +166,18 @@ int printRankPlan(const Program &program, const Mapping &mapping) {
   return ExitSuccess;
 }
 
+/// Text to -o FILE (atomically) or stdout.
+int writeOutput(const std::string &text, DiagnosticEngine &diags) {
+  if (outputPath.empty() || outputPath == "-") {
+    llvm::outs() << text;
+    return diags.exitCode();
+  }
+  if (llvm::Error error =
+          writeFileAtomically(outputPath, [&](llvm::raw_ostream &os) { os << text; }))
+    diags.ioError(llvm::SMLoc(), llvm::toString(std::move(error)));
+  return diags.exitCode();
+}
+
 /// `--emit=trace` and `--emit=svg`: the simulated step, to -o FILE or stdout.
 int emitStep(const Program &program, const Mapping &mapping, DiagnosticEngine &diags) {
   llvm::Expected<StepTimeline> timeline = simulateStep(program, mapping);
@@ -276,6 +293,17 @@ int main(int argc, char **argv) {
   llvm::SourceMgr sourceMgr;
   DiagnosticEngine diags(sourceMgr, llvm::errs());
   diags.setWarningsAsErrors(warningsAsErrors);
+  if (importHF.getNumOccurrences() == inputFile.getNumOccurrences()) {
+    llvm::WithColor::error(llvm::errs(), "parc")
+        << (inputFile.empty() ? "no input: give a .par file, or --import-hf=config.json"
+                              : "give either a .par file or --import-hf=config.json, not both")
+        << "\n";
+    return ExitUsageOrIO;
+  }
+  if (importHF.getNumOccurrences()) {
+    std::optional<std::string> block = importHFModel(importHF, diags);
+    return block ? writeOutput(*block, diags) : diags.exitCode();
+  }
 
   auto module = parseFile(inputFile, diags);
   if (!module)
