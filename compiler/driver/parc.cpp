@@ -15,6 +15,7 @@
 #include "parc/Cost/StepTimeline.h"
 #include "parc/Emit/Trace.h"
 #include "parc/Frontend/Parser.h"
+#include "parc/Interop/Export.h"
 #include "parc/Interop/HFImport.h"
 #include "parc/Lower/Lowering.h"
 #include "parc/Lower/PlanText.h"
@@ -27,6 +28,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/WithColor.h"
 
 #include <chrono>
@@ -47,10 +49,11 @@ cl::opt<std::string> importHF(
 cl::opt<std::string> outputPath(
     "o",
     cl::desc("Write every rank's plan and manifest.json to this directory, replacing a previous "
-             "plan directory atomically; with --emit=trace or --emit=svg, the file to write"),
+             "plan directory atomically; with --emit=trace, svg, megatron or deepspeed, or "
+             "--import-hf, the file to write"),
     cl::value_desc("path"), cl::cat(parcCategory));
 
-enum class EmitKind { Summary, AST, Layout, Trace, SVG, PlanText, Par };
+enum class EmitKind { Summary, AST, Layout, Trace, SVG, PlanText, Par, Megatron, DeepSpeed };
 cl::opt<EmitKind> emitKind(
     "emit", cl::desc("What to produce"), cl::init(EmitKind::Summary),
     cl::values(clEnumValN(EmitKind::Summary, "summary", "a short summary (default)"),
@@ -66,7 +69,13 @@ cl::opt<EmitKind> emitKind(
                clEnumValN(EmitKind::PlanText, "plan-text",
                           "with --rank=R: a readable listing of that rank's plan"),
                clEnumValN(EmitKind::Par, "par",
-                          "with --search: the program with the best mapping written out")),
+                          "with --search: the program with the best mapping written out"),
+               clEnumValN(EmitKind::Megatron, "megatron",
+                          "a bash script that launches Megatron-LM's pretrain_gpt.py with "
+                          "torchrun for this job (to -o FILE, or stdout)"),
+               clEnumValN(EmitKind::DeepSpeed, "deepspeed",
+                          "the DeepSpeed config JSON for this job, with the Megatron-DeepSpeed "
+                          "arguments in its comment (to -o FILE, or stdout)")),
     cl::cat(parcCategory));
 cl::opt<int64_t> rankToPrint("rank",
                              cl::desc("Print the JSON plan of rank R to stdout, lowering only "
@@ -358,6 +367,16 @@ int main(int argc, char **argv) {
     return diags.exitCode();
   if (emitKind == EmitKind::Trace || emitKind == EmitKind::SVG)
     return emitStep(*program, *mapping, diags);
+  if (emitKind == EmitKind::Megatron || emitKind == EmitKind::DeepSpeed) {
+    std::optional<std::string> text =
+        emitKind == EmitKind::Megatron
+            ? exportMegatron(*program, *mapping, llvm::sys::path::filename(inputFile), diags)
+            : exportDeepSpeed(*program, *mapping,
+                              outputPath.empty() || outputPath == "-" ? "ds_config.json"
+                                                                      : outputPath.getValue(),
+                              diags);
+    return text ? writeOutput(*text, diags) : diags.exitCode();
+  }
   bool lowers = rankToPrint.getNumOccurrences() || emitKind == EmitKind::PlanText ||
                 (emitKind == EmitKind::Summary && !outputPath.empty());
   if (lowers && !checkLowerable(*program, diags))

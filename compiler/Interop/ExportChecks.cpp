@@ -1,0 +1,70 @@
+//===- ExportChecks.cpp - What both exporters refuse, and how they say it --===//
+#include "ExportChecks.h"
+
+#include <cstdio>
+
+namespace parc::interop {
+
+void ExportChecker::refuse(llvm::StringRef field, const llvm::Twine &why) {
+  llvm::SMRange fallback =
+      field.startswith("model.") ? program.model.nameRange : program.parallel.headerRange;
+  diags.error(program.rangeOf(field, fallback), why);
+  refused = true;
+}
+
+void ExportChecker::refuse(const LayerGroup &layer, const llvm::Twine &why) {
+  diags.error(layer.range, why);
+  refused = true;
+}
+
+void ExportChecker::checkOrder(bool tpPpDpAllowed) {
+  const std::array<Axis, 3> &order = program.parallel.order;
+  if (order[0] == Axis::TP && order[1] == Axis::DP)
+    return;
+  if (order[0] == Axis::TP && order[1] == Axis::PP && tpPpDpAllowed)
+    return;
+  refuse("parallel.order",
+         "order = " + orderText(program.parallel) + " is not a rank order " + launcher +
+             " builds: it places tensor-parallel ranks fastest, then " +
+             (tpPpDpAllowed ? "data-parallel (tp-dp-pp, Megatron's tp-cp-ep-dp-pp) or pipeline "
+                              "(tp-pp-dp, --use-tp-pp-dp-mapping)"
+                            : "data-parallel, then pipeline (tp-dp-pp)"));
+}
+
+void ExportChecker::checkSchedule(bool interleavedAllowed) {
+  const ParallelSpec &par = program.parallel;
+  if (par.pp > 1 && par.schedule == ScheduleKind::GPipe)
+    refuse("parallel.schedule",
+           "schedule = gpipe: " + launcher +
+               " pipelines one forward and one backward at a time (1F1B); it has no GPipe "
+               "schedule, whose memory differs; use schedule = 1f1b");
+  if (par.schedule == ScheduleKind::Interleaved && !interleavedAllowed)
+    refuse("parallel.schedule", "schedule = interleaved: " + launcher +
+                                    " has no interleaved pipeline schedule; use schedule = 1f1b");
+}
+
+void ExportChecker::checkGradDtype() {
+  DType model = program.model.dtype, grad = program.train.gradDtype;
+  if (grad == DType::FP32 || grad == model)
+    return;
+  refuse("train.grad_dtype", std::string("grad_dtype = ") + toString(grad) + " with a " +
+                                 toString(model) + " model: " + launcher +
+                                 " keeps the main gradients in fp32 or in the model's dtype");
+}
+
+std::string cliNumber(double v) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.10g", v);
+  return buffer;
+}
+
+std::string orderText(const ParallelSpec &par) {
+  return std::string(toString(par.order[0])) + "-" + toString(par.order[1]) + "-" +
+         toString(par.order[2]);
+}
+
+double firstWarmupRate(const TrainSpec &train) {
+  return train.warmupSteps > 1 ? train.lr / double(train.warmupSteps) : train.lr;
+}
+
+} // namespace parc::interop
