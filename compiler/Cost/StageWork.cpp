@@ -152,7 +152,7 @@ BlockPasses blockPasses(const WorkContext &c, const LayerGroup &block) {
   // Key/value heads split over tp, or one whole head per rank when there are fewer.
   const double kvRank = block.kvHeads >= c.mapping.tp ? double(block.kvHeads) * d / c.tp : d;
   const double fRank = double(block.ffn) / c.tp;
-  const bool swiglu = block.mlp == MLPKind::SwiGLU;
+  const bool swiglu = isGated(block.mlp); // SwiGLU or GeGLU: gate and up projections
   const double mask = model.dropout > 0 ? 1 : 0; // dropout's 1-byte mask per element
 
   BlockPasses p;
