@@ -15,6 +15,7 @@
 #   scripts/interop-check.sh [BUILD_DIR]
 #   env: INTEROP_VENV (default ~/.cache/parc-interop-venv), MEGATRON_LM (optional)
 set -euo pipefail
+shopt -s nullglob
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 parc=$build/bin/parc

@@ -187,6 +187,31 @@ int writeOutput(const std::string &text, DiagnosticEngine &diags) {
   return diags.exitCode();
 }
 
+/// `--import-hf=config.json`: the model block, to -o FILE or stdout; the usage error when
+/// there is neither a config nor a .par file, or both.
+int importModel(DiagnosticEngine &diags) {
+  if (importHF.getNumOccurrences() == inputFile.getNumOccurrences()) {
+    llvm::WithColor::error(llvm::errs(), "parc")
+        << (inputFile.empty() ? "no input: give a .par file, or --import-hf=config.json"
+                              : "give either a .par file or --import-hf=config.json, not both")
+        << "\n";
+    return ExitUsageOrIO;
+  }
+  std::optional<std::string> block = importHFModel(importHF, diags);
+  return block ? writeOutput(*block, diags) : diags.exitCode();
+}
+
+/// `--emit=megatron` and `--emit=deepspeed`: the launch file, to -o FILE or stdout.
+int exportJob(const Program &program, const Mapping &mapping, DiagnosticEngine &diags) {
+  bool toStdout = outputPath.empty() || outputPath == "-";
+  std::optional<std::string> text =
+      emitKind == EmitKind::Megatron
+          ? exportMegatron(program, mapping, llvm::sys::path::filename(inputFile), diags)
+          : exportDeepSpeed(program, mapping, toStdout ? "ds_config.json" : outputPath.getValue(),
+                            diags);
+  return text ? writeOutput(*text, diags) : diags.exitCode();
+}
+
 /// `--emit=trace` and `--emit=svg`: the simulated step, to -o FILE or stdout.
 int emitStep(const Program &program, const Mapping &mapping, DiagnosticEngine &diags) {
   llvm::Expected<StepTimeline> timeline = simulateStep(program, mapping);
@@ -302,17 +327,8 @@ int main(int argc, char **argv) {
   llvm::SourceMgr sourceMgr;
   DiagnosticEngine diags(sourceMgr, llvm::errs());
   diags.setWarningsAsErrors(warningsAsErrors);
-  if (importHF.getNumOccurrences() == inputFile.getNumOccurrences()) {
-    llvm::WithColor::error(llvm::errs(), "parc")
-        << (inputFile.empty() ? "no input: give a .par file, or --import-hf=config.json"
-                              : "give either a .par file or --import-hf=config.json, not both")
-        << "\n";
-    return ExitUsageOrIO;
-  }
-  if (importHF.getNumOccurrences()) {
-    std::optional<std::string> block = importHFModel(importHF, diags);
-    return block ? writeOutput(*block, diags) : diags.exitCode();
-  }
+  if (importHF.getNumOccurrences() || inputFile.empty())
+    return importModel(diags);
 
   auto module = parseFile(inputFile, diags);
   if (!module)
@@ -367,16 +383,8 @@ int main(int argc, char **argv) {
     return diags.exitCode();
   if (emitKind == EmitKind::Trace || emitKind == EmitKind::SVG)
     return emitStep(*program, *mapping, diags);
-  if (emitKind == EmitKind::Megatron || emitKind == EmitKind::DeepSpeed) {
-    std::optional<std::string> text =
-        emitKind == EmitKind::Megatron
-            ? exportMegatron(*program, *mapping, llvm::sys::path::filename(inputFile), diags)
-            : exportDeepSpeed(*program, *mapping,
-                              outputPath.empty() || outputPath == "-" ? "ds_config.json"
-                                                                      : outputPath.getValue(),
-                              diags);
-    return text ? writeOutput(*text, diags) : diags.exitCode();
-  }
+  if (emitKind == EmitKind::Megatron || emitKind == EmitKind::DeepSpeed)
+    return exportJob(*program, *mapping, diags);
   bool lowers = rankToPrint.getNumOccurrences() || emitKind == EmitKind::PlanText ||
                 (emitKind == EmitKind::Summary && !outputPath.empty());
   if (lowers && !checkLowerable(*program, diags))

@@ -6,7 +6,7 @@ import json
 import sys
 import warnings
 
-from job_facts import job_facts
+from job_facts import job_facts, verdict
 
 warnings.filterwarnings("ignore")
 import torch  # noqa: E402
@@ -58,12 +58,8 @@ for k in range(warmup + 3):
         problems.append(f"update {k}: DeepSpeed's learning rate {got}, parc's {want}")
     optimizer.step()
     scheduler.step()
-name = path.split("/")[-1]
-if problems:
-    print(f"MISMATCH deepspeed {name}: " + "; ".join(problems))
-    sys.exit(1)
-print(f"ok       deepspeed {name}: DeepSpeedConfig accepts it; train_batch_size "
-      f"{config.train_batch_size} = {config.train_micro_batch_size_per_gpu} x "
-      f"{config.gradient_accumulation_steps} x dp {config.world_size}, zero "
-      f"{config.zero_optimization_stage}, {job['dtype']}, WarmupLR = parc's rate over "
-      f"{warmup + 3} updates")
+verdict("deepspeed", path.split("/")[-1], problems,
+        f"DeepSpeedConfig accepts it; train_batch_size {config.train_batch_size} = "
+        f"{config.train_micro_batch_size_per_gpu} x {config.gradient_accumulation_steps} x dp "
+        f"{config.world_size}, zero {config.zero_optimization_stage}, {job['dtype']}, WarmupLR "
+        f"= parc's rate over {warmup + 3} updates")

@@ -11,7 +11,7 @@ import sys
 import typing
 import warnings
 
-from job_facts import job_facts
+from job_facts import job_facts, verdict
 
 if not hasattr(typing, "override"):  # Megatron's main imports typing.override (Python 3.12)
     typing.override = lambda f: f
@@ -50,12 +50,9 @@ with contextlib.redirect_stdout(io.StringIO()):
 derived = {"tp": parsed.tensor_model_parallel_size, "pp": parsed.pipeline_model_parallel_size,
            "dp": parsed.data_parallel_size}
 problems = [f"{k}: Megatron {v}, parc {job[k]}" for k, v in derived.items() if v != job[k]]
-name = script.split("/")[-1]
-if problems:
-    print(f"MISMATCH megatron  {name}: " + "; ".join(problems))
-    sys.exit(1)
-print(f"ok       megatron  {name}: validate_args and TransformerConfig accept it; world "
-      f"{parsed.world_size} = tp {derived['tp']} x pp {derived['pp']} x dp {derived['dp']}, "
-      f"virtual stages {parsed.virtual_pipeline_model_parallel_size or 1}, {config.num_layers} "
-      f"layers, {config.num_attention_heads} heads / {config.num_query_groups} groups of "
-      f"{config.kv_channels}, ffn {config.ffn_hidden_size}, vocab {parsed.padded_vocab_size}")
+verdict("megatron", script.split("/")[-1], problems,
+        f"validate_args and TransformerConfig accept it; world {parsed.world_size} = tp "
+        f"{derived['tp']} x pp {derived['pp']} x dp {derived['dp']}, virtual stages "
+        f"{parsed.virtual_pipeline_model_parallel_size or 1}, {config.num_layers} layers, "
+        f"{config.num_attention_heads} heads / {config.num_query_groups} groups of "
+        f"{config.kv_channels}, ffn {config.ffn_hidden_size}, vocab {parsed.padded_vocab_size}")
