@@ -24,7 +24,7 @@ void ExportChecker::checkOrder(bool tpPpDpAllowed) {
   if (order[0] == Axis::TP && order[1] == Axis::PP && tpPpDpAllowed)
     return;
   refuse("parallel.order",
-         "order = " + orderText(program.parallel) + " is not a rank order " + launcher +
+         "order = " + orderText(program.parallel.order) + " is not a rank order " + launcher +
              " builds: it places tensor-parallel ranks fastest, then " +
              (tpPpDpAllowed ? "data-parallel (tp-dp-pp, Megatron's tp-cp-ep-dp-pp) or pipeline "
                               "(tp-pp-dp, --use-tp-pp-dp-mapping)"
@@ -56,11 +56,6 @@ std::string cliNumber(double v) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.10g", v);
   return buffer;
-}
-
-std::string orderText(const ParallelSpec &par) {
-  return std::string(toString(par.order[0])) + "-" + toString(par.order[1]) + "-" +
-         toString(par.order[2]);
 }
 
 double firstWarmupRate(const TrainSpec &train) {

@@ -40,8 +40,6 @@ private:
 
 /// A real number as a command line or JSON takes it: 0.0003, 1e-08, 10000.
 std::string cliNumber(double v);
-/// The rank order as written: "tp-dp-pp".
-std::string orderText(const ParallelSpec &par);
 /// The learning-rate warm-up parc runs: update k (from 0) uses lr * min(1, (k + 1) / W).
 double firstWarmupRate(const TrainSpec &train);
 

@@ -174,7 +174,7 @@ std::string MegatronExport::pipelineLayout() const {
 ArgGroup MegatronExport::parallelArgs() const {
   ArgGroup g{"Parallelism: tp " + std::to_string(mapping.tp) + " x pp " +
              std::to_string(mapping.pp) + " x dp " + std::to_string(mapping.dp) +
-             ", ranks in parc's order " + orderText(par) + " (Megatron's " +
+             ", ranks in parc's order " + orderText(par.order) + " (Megatron's " +
              (par.order[1] == Axis::DP ? "tp-cp-ep-dp-pp" : "tp-cp-ep-pp-dp") + ")"};
   g.add("--tensor-model-parallel-size", mapping.tp);
   g.add("--pipeline-model-parallel-size", mapping.pp);
