@@ -75,6 +75,35 @@ int64_t totalParams(const ModelSpec &model, int64_t paddedVocab) {
   return p.total();
 }
 
+std::vector<ParamUnit> virtualStageUnits(const ModelSpec &model, const Mapping &mapping,
+                                         int64_t virtualStage) {
+  const int64_t tp = mapping.tp, virtualStages = mapping.pp * mapping.chunks;
+  auto [first, last] = mapping.partition.blocks[size_t(virtualStage)];
+  std::vector<ParamUnit> units;
+  auto add = [&](ParamUnitKind kind, const ParamCount &count, int64_t block = -1) {
+    units.push_back({kind, block, count.perRank(tp)});
+  };
+  if (virtualStage == virtualStages - 1) {
+    if (!model.tiedHead() || virtualStages > 1)
+      add(ParamUnitKind::Head, headParams(model, mapping.paddedVocab));
+    add(ParamUnitKind::FinalNorm, finalNormParams(model));
+  }
+  for (int64_t i = last - 1; i >= first; --i)
+    add(ParamUnitKind::Block, blockParams(model, model.blockGroup(i)), i);
+  if (virtualStage == 0) {
+    ParamCount embedding = embeddingParams(model, mapping.paddedVocab);
+    if (embedding.replicated > 0) {
+      ParamCount positions;
+      positions.replicated = embedding.replicated;
+      add(ParamUnitKind::PositionEmbedding, positions);
+    }
+    ParamCount word;
+    word.sharded = embedding.sharded;
+    add(ParamUnitKind::WordEmbedding, word);
+  }
+  return units;
+}
+
 StateBytesPerParam stateBytesPerParam(const Program &program) {
   StateBytesPerParam b;
   b.weight = double(bytesPerElement(program.model.dtype));

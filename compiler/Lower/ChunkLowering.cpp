@@ -15,6 +15,8 @@
 //===----------------------------------------------------------------------===//
 #include "LowerInternal.h"
 
+#include <algorithm>
+
 namespace parc::lower {
 
 namespace {
@@ -31,14 +33,18 @@ const Attrs linearAttrs = {{"trans_a", false}, {"trans_b", true}};
 
 /// The activations a block's backward reads: the forward's, or their recomputed copies.
 struct BlockActivations {
+  std::string qkvNorm;   // ln1 as it leaves the norm (this rank's sequence part under SP)
   std::string qkvInput;  // ln1, all-gathered under sequence parallelism
   std::string q, k, v;   // attention inputs (rotated with RoPE)
   std::string context;   // attention output
+  std::string stats;     // the attention's saved softmax: logsumexp rows or probabilities
   std::string residual;  // input of ln2
+  std::string mlpNorm;   // ln2 as it leaves the norm
   std::string mlpInput;  // ln2, all-gathered under sequence parallelism
   std::string mlpGate;   // SwiGLU only: the gate projection
   std::string mlpHidden; // the up projection, input of the activation function
   std::string mlpActivated;
+  bool recomputed = false; // computed in the backward (full recompute)
 };
 
 /// The tensors of a row-parallel layer named `prefix`: the matmul's product (partial over tp
@@ -80,8 +86,15 @@ private:
 
   //===--- Tensor-parallel pieces ----------------------------------------===//
   /// A norm over `x` with the parameters of `prefix`; returns its output as column-parallel
-  /// layers read it (all-gathered along the sequence under sequence parallelism).
-  std::string normForward(const std::string &x, const std::string &prefix, llvm::StringRef sfx);
+  /// layers read it (all-gathered along the sequence under sequence parallelism). `normOut`
+  /// gets the norm's own output.
+  std::string normForward(const std::string &x, const std::string &prefix, llvm::StringRef sfx,
+                          std::string *normOut = nullptr);
+  /// Under sequence parallelism, the backward of a column-parallel layer gathers its input
+  /// again from the norm's sequence part, as Megatron-LM does, so that the forward keeps only
+  /// that part; returns the tensor to read.
+  std::string regathered(const std::string &normOut, const std::string &gathered,
+                         bool recomputed = false);
   void normBackward(const std::string &x, const std::string &prefix, const std::string &dy,
                     const std::string &dx);
   /// Where column-parallel layers write the gradient of norm output `normOut`: a partial sum
@@ -115,7 +128,17 @@ private:
     return {{"heads", heads}, {"theta", job.program.model.ropeTheta}};
   }
   Attrs attentionAttrs(const BlockDims &dims) const {
-    return {{"causal", true}, {"heads", dims.localHeads}, {"kv_heads", dims.localKvHeads}};
+    return {{"causal", true},
+            {"flash", job.program.model.attention == Attention::Flash},
+            {"heads", dims.localHeads},
+            {"kv_heads", dims.localKvHeads}};
+  }
+  /// The attention's saved softmax for its backward: FlashAttention keeps the logsumexp of
+  /// each row in fp32, standard attention the probabilities.
+  std::string attentionStats(const std::string &name, const BlockDims &dims) {
+    if (job.program.model.attention == Attention::Flash)
+      return declare(name, {job.microBatch, dims.localHeads, job.seq}, plan::DType::FP32);
+    return declare(name, {job.microBatch, dims.localHeads, job.seq, job.seq}, job.dtype);
   }
   void headForward(const std::string &y);
   void headBackward(const std::string &y);
@@ -133,11 +156,14 @@ private:
   LoweredChunk result;
   std::vector<plan::Op> *ops = nullptr;
   std::string headInput; // the final norm's output as the head's matmul reads it
+  std::string headNorm;  // the final norm's own output
 };
 
 std::string ChunkLowerer::normForward(const std::string &x, const std::string &prefix,
-                                      llvm::StringRef sfx) {
+                                      llvm::StringRef sfx, std::string *normOut) {
   std::string y = activation(prefix + sfx.str(), job.seqRows(), job.hidden);
+  if (normOut)
+    *normOut = y;
   if (job.program.model.norm == Norm::LayerNorm)
     emit(OpKind::LayerNorm, {x, param(prefix, "weight"), param(prefix, "bias")}, {y}, normAttrs());
   else
@@ -147,6 +173,16 @@ std::string ChunkLowerer::normForward(const std::string &x, const std::string &p
   std::string full = activation(prefix + ".full" + sfx.str(), job.seq, job.hidden);
   emit(OpKind::AllGather, {y}, {full}, groupDimAttrs(plan::Group::TP, 0));
   return full;
+}
+
+std::string ChunkLowerer::regathered(const std::string &normOut, const std::string &gathered,
+                                     bool recomputed) {
+  // A full recompute gathered it within the backward already.
+  if (!job.sequenceParallel || normOut == gathered || recomputed)
+    return gathered;
+  std::string again = activation(gathered + ".re", job.seq, job.hidden);
+  emit(OpKind::AllGather, {normOut}, {again}, groupDimAttrs(plan::Group::TP, 0));
+  return again;
 }
 
 void ChunkLowerer::normBackward(const std::string &x, const std::string &prefix,
@@ -342,7 +378,7 @@ void ChunkLowerer::embeddingBackward() {
 }
 
 void ChunkLowerer::headForward(const std::string &y) {
-  headInput = normForward(y, "final_norm", "");
+  headInput = normForward(y, "final_norm", "", &headNorm);
   // Megatron computes the cross entropy in fp32; the logits are kept that way.
   declare("logits", {job.seq, job.microBatch, job.paddedVocab / job.tp}, plan::DType::FP32);
   emit(OpKind::MatMul, {headInput, headWeight()}, {"logits"}, linearAttrs);
@@ -354,7 +390,7 @@ void ChunkLowerer::headForward(const std::string &y) {
 
 void ChunkLowerer::headBackward(const std::string &y) {
   emit(OpKind::CrossEntropyBwd, {"logits", "labels", "loss.grad"}, {gradOf("logits")}, lossAttrs());
-  emit(OpKind::MatMulBwd, {headInput, headWeight(), "logits.grad"},
+  emit(OpKind::MatMulBwd, {regathered(headNorm, headInput), headWeight(), "logits.grad"},
        {columnInputGrad("final_norm"), plan::gradName(headWeight())}, linearAttrs);
   reduceColumnInputGrad("final_norm");
   normBackward(y, "final_norm", plan::gradName("final_norm"), gradOf(y));
@@ -370,7 +406,8 @@ BlockActivations ChunkLowerer::blockForward(int64_t block, const std::string &x,
   auto name = [&](llvm::StringRef leaf) { return blockName(block, leaf) + sfx.str(); };
   int64_t d = dims.headDim, qWidth = dims.localHeads * d, kvWidth = dims.localKvHeads * d;
   BlockActivations a;
-  a.qkvInput = normForward(x, blockName(block, "ln1"), sfx);
+  a.recomputed = forRecompute;
+  a.qkvInput = normForward(x, blockName(block, "ln1"), sfx, &a.qkvNorm);
   a.q = columnForward(a.qkvInput, blockName(block, "attn.q"), qWidth, job.qkvBias, sfx);
   a.k = columnForward(a.qkvInput, blockName(block, "attn.k"), kvWidth, job.qkvBias, sfx);
   a.v = columnForward(a.qkvInput, blockName(block, "attn.v"), kvWidth, job.qkvBias, sfx);
@@ -383,11 +420,12 @@ BlockActivations ChunkLowerer::blockForward(int64_t block, const std::string &x,
     a.k = k;
   }
   a.context = activation(name("attn.ctx"), job.seq, qWidth);
-  emit(OpKind::Attention, {a.q, a.k, a.v}, {a.context}, attentionAttrs(dims));
+  a.stats = attentionStats(name("attn.stats"), dims);
+  emit(OpKind::Attention, {a.q, a.k, a.v}, {a.context, a.stats}, attentionAttrs(dims));
   std::string attnOut = rowForward(a.context, blockName(block, "attn.proj"), sfx);
   a.residual = activation(name("res1"), job.seqRows(), job.hidden);
   emit(OpKind::ResidualAdd, {x, attnOut}, {a.residual});
-  a.mlpInput = normForward(a.residual, blockName(block, "ln2"), sfx);
+  a.mlpInput = normForward(a.residual, blockName(block, "ln2"), sfx, &a.mlpNorm);
   bool swiglu = dims.mlp == MLPKind::SwiGLU;
   if (swiglu)
     a.mlpGate =
@@ -423,14 +461,16 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
   emit(OpKind::ResidualAddBwd, {plan::gradName(name("out"))},
        {partOf(dResidual, "skip"), gradOf(name("mlp.down"))});
   std::string dActivated = rowBackward(saved.mlpActivated, name("mlp.act"), name("mlp.down"));
+  std::string mlpInput;
   auto mlpColumnBackward = [&](llvm::StringRef layer, const std::string &dInput) {
     std::string prefix = name(layer);
-    columnBackward(saved.mlpInput, prefix, dInput, plan::gradName(prefix + ".weight"),
+    columnBackward(mlpInput, prefix, dInput, plan::gradName(prefix + ".weight"),
                    job.biases ? plan::gradName(prefix + ".bias") : "");
   };
   if (dims.mlp == MLPKind::SwiGLU) {
     emit(OpKind::SwiGLUBwd, {saved.mlpGate, saved.mlpHidden, dActivated},
          {gradOf(name("mlp.gate")), gradOf(name("mlp.up"))});
+    mlpInput = regathered(saved.mlpNorm, saved.mlpInput, saved.recomputed);
     // gate and up each contribute a partial gradient of ln2; they add up before the reduction.
     std::string dMlpInput = columnInputGrad(name("ln2"));
     auto inputPart = [&](llvm::StringRef part) {
@@ -442,6 +482,7 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
     emit(OpKind::ResidualAdd, {dMlpInput + ".gate", dMlpInput + ".up"}, {dMlpInput});
   } else {
     emit(OpKind::GELUBwd, {saved.mlpHidden, dActivated}, {gradOf(name("mlp.up"))});
+    mlpInput = regathered(saved.mlpNorm, saved.mlpInput, saved.recomputed);
     mlpColumnBackward("mlp.up", columnInputGrad(name("ln2")));
   }
   reduceColumnInputGrad(name("ln2"));
@@ -451,16 +492,17 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
   // Attention half: res1 = x + proj(attention(q, k, v)).
   std::string dInput = plan::gradName(name("in"));
   emit(OpKind::ResidualAddBwd, {dResidual}, {partOf(dInput, "skip"), gradOf(name("attn.proj"))});
-  std::string context = saved.context;
+  std::string context = saved.context, stats = saved.stats;
   if (job.recompute == Recompute::Selective) {
     // Selective recompute: the attention core is rerun from its saved inputs.
     context = activation(name("attn.ctx.re"), job.seq, dims.localHeads * dims.headDim);
-    emit(OpKind::Attention, {saved.q, saved.k, saved.v}, {context}, attentionAttrs(dims));
+    stats = attentionStats(name("attn.stats.re"), dims);
+    emit(OpKind::Attention, {saved.q, saved.k, saved.v}, {context, stats}, attentionAttrs(dims));
   }
   std::string dContext = rowBackward(context, name("attn.ctx"), name("attn.proj"));
   std::string qName = name(rope ? "attn.q.rope" : "attn.q");
   std::string kName = name(rope ? "attn.k.rope" : "attn.k");
-  emit(OpKind::AttentionBwd, {saved.q, saved.k, saved.v, dContext},
+  emit(OpKind::AttentionBwd, {saved.q, saved.k, saved.v, context, stats, dContext},
        {gradOf(qName), gradOf(kName), gradOf(name("attn.v"))}, attentionAttrs(dims));
   if (rope) {
     emit(OpKind::RoPEBwd, {plan::gradName(qName)}, {gradOf(name("attn.q"))},
@@ -473,7 +515,8 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
   auto inputPart = [&](llvm::StringRef part) {
     return declare(dQkvInput + "." + part.str(), {job.seq, job.microBatch, job.hidden}, job.dtype);
   };
-  columnBackward(saved.qkvInput, name("attn.q"), inputPart("q"),
+  std::string qkvInput = regathered(saved.qkvNorm, saved.qkvInput, saved.recomputed);
+  columnBackward(qkvInput, name("attn.q"), inputPart("q"),
                  plan::gradName(name("attn.q.weight")),
                  job.qkvBias ? plan::gradName(name("attn.q.bias")) : "");
   Shape weightShape = {dims.localKvHeads * dims.headDim, job.hidden};
@@ -481,7 +524,7 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
   for (llvm::StringRef kv : {"k", "v"}) {
     std::string prefix = name("attn." + kv.str());
     std::string weight = prefix + ".weight", bias = prefix + ".bias";
-    columnBackward(saved.qkvInput, prefix, inputPart(kv),
+    columnBackward(qkvInput, prefix, inputPart(kv),
                    sharedGradTarget(weight, weightShape, dims),
                    job.qkvBias ? sharedGradTarget(bias, biasShape, dims) : "");
     sumSharedGrad(weight, weightShape, dims);
@@ -493,6 +536,37 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
   reduceColumnInputGrad(name("ln1"));
   normBackward(x, name("ln1"), plan::gradName(name("ln1")), partOf(dInput, "norm"));
   emit(OpKind::ResidualAdd, {dInput + ".skip", dInput + ".norm"}, {gradOf(x)});
+}
+
+/// ZeroPolicy.h's units of `params` (in chunk order), listed as the backward finishes them.
+std::vector<LoweredUnit> groupUnits(const std::vector<plan::ParamShard> &params) {
+  std::vector<LoweredUnit> units;
+  for (const plan::ParamShard &shard : params) {
+    llvm::StringRef name = shard.name;
+    ParamUnit unit;
+    if (name == WordEmbedding)
+      unit.kind = ParamUnitKind::WordEmbedding;
+    else if (name == PositionEmbedding)
+      unit.kind = ParamUnitKind::PositionEmbedding;
+    else if (name == HeadWeight)
+      unit.kind = ParamUnitKind::Head;
+    else if (name.startswith("final_norm."))
+      unit.kind = ParamUnitKind::FinalNorm;
+    else if (!name.consume_front("block.") || name.consumeInteger(10, unit.block))
+      llvm_unreachable("a parameter outside every ZeRO unit");
+    // The tied embedding's copy beside the head is the last stage's head unit.
+    if (unit.kind == ParamUnitKind::WordEmbedding && !units.empty())
+      unit.kind = ParamUnitKind::Head;
+    if (units.empty() || units.back().unit.kind != unit.kind || units.back().unit.block != unit.block)
+      units.push_back({unit, {}});
+    units.back().params.push_back(shard.name);
+    int64_t numel = 1;
+    for (int64_t dim : shard.localShape())
+      numel *= dim;
+    units.back().unit.elements += numel;
+  }
+  std::reverse(units.begin(), units.end());
+  return units;
 }
 
 LoweredChunk ChunkLowerer::run() {
@@ -514,6 +588,7 @@ LoweredChunk ChunkLowerer::run() {
     addBlockParams(job, block, tpRank, params);
   if (chunk.hasHead)
     addHeadParams(job, tpRank, chunk.hasEmbedding, params);
+  result.units = groupUnits(params);
   // Under sequence parallelism norms and row-parallel biases see only this rank's part of the
   // sequence; positions are added to the whole sequence, so their gradient is complete.
   if (job.sequenceParallel)

@@ -10,6 +10,7 @@
 #define PARC_LOWER_LOWERINTERNAL_H
 
 #include "parc/Check/Mapping.h"
+#include "parc/Cost/ZeroPolicy.h"
 #include "parc/Lower/Schedule.h"
 #include "parc/Plan/Plan.h"
 #include "parc/Sema/Program.h"
@@ -81,10 +82,19 @@ void addBlockParams(const Job &job, int64_t block, int64_t tpRank,
 void addHeadParams(const Job &job, int64_t tpRank, bool ownsEmbedding,
                    std::vector<plan::ParamShard> &out);
 
+/// A ZeRO unit (ZeroPolicy.h) of a chunk: its kind and size, and the names of its shards.
+struct LoweredUnit {
+  ParamUnit unit;
+  std::vector<std::string> params;
+};
+
 /// One virtual stage as one tensor-parallel rank lowers it.
 struct LoweredChunk {
   plan::Chunk chunk;
   std::vector<plan::ParamShard> params;
+  /// The shards grouped into ZeRO units, in the order the backward finishes them (the order of
+  /// MemoryModel's virtualStageUnits).
+  std::vector<LoweredUnit> units;
   /// Replicated parameters whose gradients are partial over the tp group: those computed
   /// from sequence-parallel activations, summed by all_reduce_grads over tp.
   std::vector<std::string> tpPartialGrads;
@@ -98,8 +108,10 @@ struct ScheduleInputs {
   const Job *job = nullptr;
   const StageProgram *program = nullptr;
   const std::vector<int64_t> *ppGroup = nullptr;
-  /// Parameter names per chunk, in the chunk's order: the ZeRO partitions.
+  /// Parameter names per chunk, in the chunk's order.
   std::vector<std::vector<std::string>> chunkParams;
+  /// The ZeRO units of each chunk (LoweredChunk::units).
+  std::vector<const std::vector<LoweredUnit> *> chunkUnits;
   std::vector<std::string> tpPartialGrads;
   /// The chunk that reads the batch (embedding or head), or -1.
   int64_t batchChunk = -1;

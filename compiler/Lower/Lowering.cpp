@@ -59,6 +59,7 @@ plan::ParallelSummary parallelSummary(const Program &program, const Mapping &map
                : par.schedule == ScheduleKind::OneFOneB ? plan::Schedule::OneFOneB
                                                         : plan::Schedule::Interleaved;
   s.zero = par.zero;
+  s.bucketSize = par.bucketSize;
   s.recompute = par.recompute == Recompute::None        ? plan::Recompute::None
                 : par.recompute == Recompute::Selective ? plan::Recompute::Selective
                                                         : plan::Recompute::Full;
@@ -141,6 +142,7 @@ public:
       std::vector<std::string> &names = inputs.chunkParams.emplace_back();
       for (const plan::ParamShard &shard : lowered.params)
         names.push_back(shard.name);
+      inputs.chunkUnits.push_back(&lowered.units);
       inputs.tpPartialGrads.insert(inputs.tpPartialGrads.end(), lowered.tpPartialGrads.begin(),
                                    lowered.tpPartialGrads.end());
       if (lowered.chunk.hasEmbedding || lowered.chunk.hasHead)

@@ -142,6 +142,8 @@ void printInstr(const plan::Instr &instr, raw_ostream &os) {
   case plan::InstrKind::ReleaseParams:
     if (instr.op == plan::InstrKind::AllGatherParams)
       os << " group=" << plan::spelling(instr.group);
+    if (instr.within)
+      os << " within";
     os << " params=[";
     printNames(os, instr.params);
     os << "]";

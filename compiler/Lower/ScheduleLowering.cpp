@@ -3,13 +3,18 @@
 // The stage's pipeline program (Schedule.cpp) becomes the rank's schedule: computes and
 // transfers keep their order, so the transfers stay batched as Megatron batches them, and a
 // transfer's peer becomes the global rank of that stage in this rank's pp group. Around them:
-// load_batch before the forward that reads the batch, ZeRO-3's parameter gathers around each
-// compute, and after the last backward the gradient reductions and the optimizer step.
+// load_batch before the forward that reads the batch, ZeRO's collectives as the policy
+// (ZeroPolicy.h) places them, and after the last backward the gradient reductions and the
+// optimizer step.
 //
-// The reductions run tp, then embedding, then dp. Summing the tied embedding's two copies
-// must precede the dp reduce-scatter: after it a rank holds only its partition of each
-// gradient, and the partitions of the first and last stage cover different parts of the
-// embedding.
+// ZeRO works on buckets of whole layers. Zero 3 gathers each bucket of a chunk within its
+// computes (just before the first op that reads it) and releases it within them (after the
+// last); zero 2 and 3 reduce-scatter each bucket within every backward, after the last op that
+// writes its gradients; zero 1 reduce-scatters every bucket once, after the last backward.
+//
+// The step-end reductions run tp, then embedding, then dp. The tied embedding is a bucket of
+// its own on the first and the last stage, so both copies are partitioned alike: its two
+// owned shards are summed whether the dp reduction came first (zero 2, 3) or comes after.
 //
 //===----------------------------------------------------------------------===//
 #include "LowerInternal.h"
@@ -37,14 +42,33 @@ plan::InstrKind transferKind(PipeOpKind kind) {
 
 } // namespace
 
+namespace {
+/// The parameter lists of a chunk's ZeRO buckets, in the order the backward finishes them.
+std::vector<std::vector<std::string>> bucketLists(const ZeroPolicy &policy,
+                                                  const std::vector<LoweredUnit> &units) {
+  std::vector<ParamUnit> counts;
+  for (const LoweredUnit &unit : units)
+    counts.push_back(unit.unit);
+  std::vector<std::vector<std::string>> lists;
+  for (const ZeroBucket &bucket : policy.buckets(counts)) {
+    std::vector<std::string> &names = lists.emplace_back();
+    for (size_t u = bucket.first; u < bucket.end; ++u)
+      names.insert(names.end(), units[u].params.begin(), units[u].params.end());
+  }
+  return lists;
+}
+} // namespace
+
 std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
   const Job &job = *in.job;
-  int zero = job.program.parallel.zero;
-  // ZeRO with a single data-parallel rank has nothing to partition.
-  bool partitioned = zero >= 1 && job.dp > 1;
-  bool gatherAroundComputes = partitioned && zero == 3;
+  const ZeroPolicy policy = zeroPolicy(job.program.parallel, job.dp);
+  std::vector<std::vector<std::vector<std::string>>> buckets;
+  for (const std::vector<LoweredUnit> *units : in.chunkUnits)
+    buckets.push_back(bucketLists(policy, *units));
+  const bool aroundUse = policy.gathersWeightsAroundUse();
+  const bool perMicrobatch = policy.gradReduction() == GradReduction::ReduceScatterPerMicrobatch;
   std::vector<plan::Instr> out;
-  out.reserve(in.program->size() * (gatherAroundComputes ? 3 : 1) +
+  out.reserve(in.program->size() * (aroundUse ? 3 : perMicrobatch ? 2 : 1) +
               size_t(job.pipeline.microbatches) + 4 * in.chunkParams.size() + 4);
 
   for (const PipeOp &op : *in.program) {
@@ -56,16 +80,23 @@ std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
     bool forward = op.kind == PipeOpKind::Forward;
     if (forward && op.chunk == in.batchChunk)
       out.push_back(plan::Instr::loadBatch(op.microbatch));
-    const std::vector<std::string> &params = in.chunkParams[op.chunk];
-    bool gather = gatherAroundComputes && !params.empty();
-    if (gather)
-      out.push_back(plan::Instr::allGatherParams(plan::Group::DP, params));
+    const std::vector<std::vector<std::string>> &chunkBuckets = buckets[size_t(op.chunk)];
+    if (aroundUse)
+      for (const std::vector<std::string> &bucket : chunkBuckets)
+        out.push_back(plan::Instr::allGatherParams(plan::Group::DP, bucket, /*within=*/true));
     out.push_back(plan::Instr::compute(
         forward ? plan::InstrKind::Forward : plan::InstrKind::Backward, op.chunk, op.microbatch));
-    if (gather)
-      out.push_back(plan::Instr::releaseParams(params));
+    for (const std::vector<std::string> &bucket : chunkBuckets) {
+      if (aroundUse)
+        out.push_back(plan::Instr::releaseParams(bucket, /*within=*/true));
+      if (perMicrobatch && !forward)
+        out.push_back(plan::Instr::gradCollective(plan::InstrKind::ReduceScatterGrads,
+                                                  plan::Group::DP, /*average=*/true, bucket,
+                                                  /*within=*/true));
+    }
   }
 
+  // After the per-microbatch reduce-scatters (zero 2, 3) these sum the owned shards.
   if (!in.tpPartialGrads.empty())
     out.push_back(plan::Instr::gradCollective(plan::InstrKind::AllReduceGrads, plan::Group::TP,
                                               /*average=*/false, in.tpPartialGrads));
@@ -73,25 +104,25 @@ std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
     out.push_back(plan::Instr::gradCollective(plan::InstrKind::AllReduceGrads,
                                               plan::Group::Embedding, /*average=*/false,
                                               {WordEmbedding.str()}));
-  if (job.dp > 1 && !partitioned) {
+  if (policy.gradReduction() == GradReduction::AllReducePerStep) {
     std::vector<std::string> all;
     for (const std::vector<std::string> &params : in.chunkParams)
       all.insert(all.end(), params.begin(), params.end());
     out.push_back(plan::Instr::gradCollective(plan::InstrKind::AllReduceGrads, plan::Group::DP,
                                               /*average=*/true, std::move(all)));
   }
-  // Each chunk's parameters form one ZeRO partition, the unit ZeRO-3 gathers per compute.
-  if (partitioned)
-    for (const std::vector<std::string> &params : in.chunkParams)
-      if (!params.empty())
+  if (policy.gradReduction() == GradReduction::ReduceScatterPerStep)
+    for (const std::vector<std::vector<std::string>> &chunkBuckets : buckets)
+      for (const std::vector<std::string> &bucket : chunkBuckets)
         out.push_back(plan::Instr::gradCollective(plan::InstrKind::ReduceScatterGrads,
-                                                  plan::Group::DP, /*average=*/true, params));
-  out.push_back(partitioned ? plan::Instr::optimizerStep({plan::Group::Model, plan::Group::DP})
-                            : plan::Instr::optimizerStep({plan::Group::Model}));
-  if (partitioned && zero < 3)
-    for (const std::vector<std::string> &params : in.chunkParams)
-      if (!params.empty())
-        out.push_back(plan::Instr::allGatherParams(plan::Group::DP, params));
+                                                  plan::Group::DP, /*average=*/true, bucket));
+  out.push_back(policy.partitioned()
+                    ? plan::Instr::optimizerStep({plan::Group::Model, plan::Group::DP})
+                    : plan::Instr::optimizerStep({plan::Group::Model}));
+  if (policy.gathersWeightsAfterStep())
+    for (const std::vector<std::vector<std::string>> &chunkBuckets : buckets)
+      for (const std::vector<std::string> &bucket : chunkBuckets)
+        out.push_back(plan::Instr::allGatherParams(plan::Group::DP, bucket));
   return out;
 }
 

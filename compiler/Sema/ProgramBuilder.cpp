@@ -399,6 +399,7 @@ void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBl
   par.overlapGradReduce = p.flag("overlap_grad_reduce");
   par.overlapParamGather = p.flag("overlap_param_gather");
   par.tpCommOverlap = p.flag("tp_comm_overlap");
+  par.bucketSize = p.integer("bucket_size");
 
   if (!trainBlock)
     return;

@@ -150,6 +150,7 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           flag("overlap_grad_reduce"),
           flag("overlap_param_gather"),
           flag("tp_comm_overlap"),
+          count("bucket_size", false, "40000000"),
       },
       {}};
   static const BlockSchema train{

@@ -136,8 +136,10 @@ constexpr AttrSpec vocabAttrs[] = {{"vocab_offset", AttrType::Int}};
 constexpr AttrSpec epsAttrs[] = {{"eps", AttrType::Number}};
 constexpr AttrSpec matmulAttrs[] = {{"trans_a", AttrType::Bool}, {"trans_b", AttrType::Bool}};
 constexpr AttrSpec ropeAttrs[] = {{"heads", AttrType::Int}, {"theta", AttrType::Number}};
-constexpr AttrSpec attentionAttrs[] = {
-    {"causal", AttrType::Bool}, {"heads", AttrType::Int}, {"kv_heads", AttrType::Int}};
+constexpr AttrSpec attentionAttrs[] = {{"causal", AttrType::Bool},
+                                       {"flash", AttrType::Bool},
+                                       {"heads", AttrType::Int},
+                                       {"kv_heads", AttrType::Int}};
 constexpr AttrSpec dimAttrs[] = {{"dim", AttrType::Int}};
 constexpr AttrSpec groupAttrs[] = {{"group", AttrType::Group}};
 constexpr AttrSpec groupDimAttrs[] = {{"group", AttrType::Group}, {"dim", AttrType::Int}};
@@ -156,7 +158,7 @@ const OpInfo &opInfo(OpKind kind) {
       {2, 1, false, matmulAttrs},    // matmul: a, b -> c
       {2, 1, false, {}},             // bias_add: x, bias -> y
       {1, 1, false, ropeAttrs},      // rope: x -> y
-      {3, 1, false, attentionAttrs}, // attention: q, k, v -> y
+      {3, 2, false, attentionAttrs}, // attention: q, k, v -> y, stats
       {1, 1, false, {}},             // gelu
       {2, 1, false, {}},             // swiglu: gate, up -> y
       {2, 1, false, {}},             // residual_add: a, b -> y
@@ -172,7 +174,7 @@ const OpInfo &opInfo(OpKind kind) {
       {3, 2, true, matmulAttrs},     // matmul_bwd: a, b, dc -> da, db
       {1, 2, true, {}},              // bias_add_bwd: dy -> dx, dbias
       {1, 1, true, ropeAttrs},       // rope_bwd: dy -> dx
-      {4, 3, true, attentionAttrs},  // attention_bwd: q, k, v, dy -> dq, dk, dv
+      {6, 3, true, attentionAttrs},  // attention_bwd: q, k, v, y, stats, dy -> dq, dk, dv
       {2, 1, true, {}},              // gelu_bwd: x, dy -> dx
       {3, 2, true, {}},              // swiglu_bwd: gate, up, dy -> dgate, dup
       {1, 2, true, {}},              // residual_add_bwd: dy -> da, db
@@ -264,27 +266,30 @@ Instr Instr::transfer(InstrKind op, int64_t peer, int64_t chunk, int64_t microba
 }
 
 Instr Instr::gradCollective(InstrKind op, Group group, bool average,
-                            std::vector<std::string> params) {
+                            std::vector<std::string> params, bool within) {
   Instr instr;
   instr.op = op;
   instr.group = group;
   instr.average = average;
   instr.params = std::move(params);
+  instr.within = within && op == InstrKind::ReduceScatterGrads;
   return instr;
 }
 
-Instr Instr::allGatherParams(Group group, std::vector<std::string> params) {
+Instr Instr::allGatherParams(Group group, std::vector<std::string> params, bool within) {
   Instr instr;
   instr.op = InstrKind::AllGatherParams;
   instr.group = group;
   instr.params = std::move(params);
+  instr.within = within;
   return instr;
 }
 
-Instr Instr::releaseParams(std::vector<std::string> params) {
+Instr Instr::releaseParams(std::vector<std::string> params, bool within) {
   Instr instr;
   instr.op = InstrKind::ReleaseParams;
   instr.params = std::move(params);
+  instr.within = within;
   return instr;
 }
 
@@ -305,6 +310,11 @@ bool isCompute(InstrKind op) { return op == InstrKind::Forward || op == InstrKin
 bool usesParams(InstrKind op) {
   return op == InstrKind::AllReduceGrads || op == InstrKind::ReduceScatterGrads ||
          op == InstrKind::AllGatherParams || op == InstrKind::ReleaseParams;
+}
+
+bool mayRunWithin(InstrKind op) {
+  return op == InstrKind::ReduceScatterGrads || op == InstrKind::AllGatherParams ||
+         op == InstrKind::ReleaseParams;
 }
 
 } // namespace parc::plan

@@ -131,6 +131,7 @@ bool readParallel(ObjectReader &parent, ParallelSummary &p) {
   r.read("global_batch", p.globalBatch);
   r.readEnum("schedule", "schedule", p.schedule);
   r.read("zero", p.zero);
+  r.read("bucket_size", p.bucketSize);
   r.readEnum("recompute", "recompute", p.recompute);
   r.read("sequence_parallel", p.sequenceParallel);
   return r.finish();
@@ -270,6 +271,8 @@ bool readInstr(ReadContext &ctx, const json::Value &value, const std::string &pa
   ObjectReader r(ctx, value, path);
   if (!r.readEnum("op", "op", instr.op))
     return false;
+  if (mayRunWithin(instr.op))
+    r.read("within", instr.within);
   switch (instr.op) {
   case InstrKind::LoadBatch:
     r.read("mb", instr.microbatch);

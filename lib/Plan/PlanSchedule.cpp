@@ -46,6 +46,7 @@ private:
   void checkCompute(const Instr &instr, int64_t index);
   void checkTransfer(const Instr &instr, int64_t index);
   void checkParamList(const Instr &instr, int64_t index);
+  void checkWithin(const Instr &instr, int64_t index);
   void checkGroup(Group group, const std::string &path);
   std::string stepName(const Instr &instr) const {
     return "'" + spelling(instr.op).str() + "' of chunk " + std::to_string(instr.chunk) +
@@ -170,6 +171,32 @@ void ScheduleChecker::checkParamList(const Instr &instr, int64_t index) {
   }
 }
 
+/// A gather that runs within a compute must lead up to it, a release or reduce-scatter follow
+/// it (a reduce-scatter a backward, the only compute that writes gradients).
+void ScheduleChecker::checkWithin(const Instr &instr, int64_t index) {
+  const std::vector<Instr> &schedule = plan.schedule;
+  bool before = instr.op == InstrKind::AllGatherParams;
+  int64_t at = index;
+  auto sameSide = [&](const Instr &other) {
+    return other.within && (other.op == InstrKind::AllGatherParams) == before;
+  };
+  do
+    at += before ? 1 : -1;
+  while (at >= 0 && at < int64_t(schedule.size()) && sameSide(schedule[size_t(at)]));
+  bool attached = at >= 0 && at < int64_t(schedule.size()) && isCompute(schedule[size_t(at)].op);
+  if (attached && instr.op == InstrKind::ReduceScatterGrads)
+    attached = schedule[size_t(at)].op == InstrKind::Backward;
+  if (!attached)
+    ctx.fail(fieldPath(pathOf(index), "within"),
+             before ? "an all_gather_params within a compute must come right before a 'fwd' or "
+                      "'bwd' (or another such gather)"
+             : instr.op == InstrKind::ReduceScatterGrads
+                 ? "a reduce_scatter_grads within a compute must come right after a 'bwd' (or "
+                   "another instruction within it)"
+                 : "a release_params within a compute must come right after a 'fwd' or 'bwd' "
+                   "(or another instruction within it)");
+}
+
 void ScheduleChecker::run() {
   int64_t lastGradSync = -1;
   for (size_t i = 0; i < plan.schedule.size() && !ctx.failed(); ++i) {
@@ -210,6 +237,8 @@ void ScheduleChecker::run() {
       [[fallthrough]];
     case InstrKind::ReleaseParams:
       checkParamList(instr, index);
+      if (instr.within && !ctx.failed())
+        checkWithin(instr, index);
       break;
     case InstrKind::OptimizerStep:
       if (optimizerAt >= 0)

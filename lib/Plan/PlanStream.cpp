@@ -274,6 +274,7 @@ void cluster(JSONWriter &json, const ClusterSummary &c) {
 // parallelJSON
 void parallel(JSONWriter &json, const ParallelSummary &p) {
   json.attributeObject("parallel", [&] {
+    json.attribute("bucket_size", p.bucketSize);
     json.attribute("chunks", p.chunks);
     json.attribute("dp", p.dp);
     json.attribute("global_batch", p.globalBatch);
@@ -400,6 +401,8 @@ void instr(JSONWriter &json, const Instr &i) {
       stringList(json, "params", i.params);
     if (transfer)
       json.attribute("peer", i.peer);
+    if (mayRunWithin(kind))
+      json.attribute("within", i.within);
   });
 }
 

@@ -189,6 +189,8 @@ bool checkJob(ReadContext &ctx, int64_t world, const ModelSummary &model,
     ctx.fail("parallel.order", "must list each of tp, dp and pp exactly once");
   if (p.zero < 0 || p.zero > 3)
     ctx.fail("parallel.zero", "ZeRO stage " + Twine(p.zero) + " does not exist; use 0 to 3");
+  if (p.bucketSize < 1)
+    ctx.fail("parallel.bucket_size", "must be at least 1, got " + Twine(p.bucketSize));
   if (p.chunks > 1 && p.schedule != Schedule::Interleaved)
     ctx.fail("parallel.chunks", Twine(p.chunks) + " chunks per stage need the interleaved "
                                                   "schedule");

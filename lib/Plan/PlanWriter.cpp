@@ -83,6 +83,7 @@ json::Object clusterJSON(const ClusterSummary &c) {
 
 json::Object parallelJSON(const ParallelSummary &p) {
   return json::Object{{"tp", p.tp},
+                      {"bucket_size", p.bucketSize},
                       {"pp", p.pp},
                       {"dp", p.dp},
                       {"order", groupList(p.order)},
@@ -166,6 +167,8 @@ json::Object chunkJSON(const Chunk &c) {
 
 json::Object instrJSON(const Instr &instr) {
   json::Object object{{"op", enumValue(instr.op)}};
+  if (mayRunWithin(instr.op))
+    object["within"] = instr.within;
   switch (instr.op) {
   case InstrKind::LoadBatch:
     object["mb"] = instr.microbatch;

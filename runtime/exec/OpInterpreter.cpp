@@ -37,6 +37,21 @@ int64_t product(llvm::ArrayRef<int64_t> dims) {
 }
 
 [[noreturn]] void opError(const std::string &message) { throw std::runtime_error(message); }
+
+/// The attention's saved softmax: [batch, heads, seq] (the logsumexp of each row, flash) or
+/// [batch, heads, seq, seq] (the probabilities); q is [seq, batch, heads * headDim].
+template <typename Operand>
+void checkAttentionStats(const Operand &stats, const Operand &q, int64_t heads, bool flash) {
+  if (q.shape.size() != 3)
+    opError("attention's q must be [seq, batch, heads * head_dim]");
+  std::vector<int64_t> expected = {q.shape[1], heads, q.shape[0]};
+  if (!flash)
+    expected.push_back(q.shape[0]);
+  if (stats.shape != expected)
+    opError(std::string("the attention's saved ") +
+            (flash ? "logsumexp must be [batch, heads, seq]"
+                   : "probabilities must be [batch, heads, seq, seq]"));
+}
 } // namespace
 
 ChunkLiveness ChunkLiveness::analyze(const plan::Chunk &chunk) {
@@ -77,8 +92,11 @@ template <typename D> int64_t OpInterpreter<D>::Operand::numel() const { return 
 template <typename D>
 void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayRef<plan::Op> ops,
                            const std::vector<std::vector<std::string>> &freeAfter, ChunkEnv<T> &env,
-                           llvm::function_ref<void(size_t)> afterOp) {
+                           llvm::function_ref<void(size_t)> afterOp,
+                           llvm::function_ref<void(size_t)> beforeOp) {
   for (size_t i = 0; i < ops.size(); ++i) {
+    if (beforeOp)
+      beforeOp(i);
     Context ctx{chunk, ops[i], env, {}};
     try {
       execute(ctx);
@@ -128,12 +146,13 @@ template <typename D>
 typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i, bool kernelAdds) {
   const std::string &name = ctx.op.outputs[i];
   if (typename ParamStore<D>::Param *param = params.gradOwner(name)) {
+    Grad *grad = params.writableGrad(*param);
     if constexpr (std::is_same_v<Grad, T>)
       if (kernelAdds)
-        return {param->grad, param->localShape};
+        return {grad, param->localShape};
     PendingGrad &pending = ctx.pending.emplace_back();
     pending.scratch = Buffer<T>(memory, MemoryCategory::Grads, size_t(param->numel));
-    pending.grad = param->grad;
+    pending.grad = grad;
     return {pending.scratch.data(), param->localShape};
   }
   auto type = ctx.chunk.tensors.find(name);
@@ -270,10 +289,13 @@ template <typename D> void OpInterpreter<D>::executeCompute(Context &ctx) {
   }
   case OpKind::Attention: {
     Operand q = in(ctx, 0), k = in(ctx, 1), v = in(ctx, 2), y = out(ctx, 0, false);
+    Operand stats = out(ctx, 1, false);
     sameSize(q, y, "attention");
     int64_t heads = op.intAttr("heads");
-    dev.attentionForward(y.data, q.data, k.data, v.data, q.shape[0], q.shape[1], heads,
-                         op.intAttr("kv_heads"), q.shape[2] / heads, op.boolAttr("causal"));
+    checkAttentionStats(stats, q, heads, op.boolAttr("flash"));
+    dev.attentionForward(y.data, stats.data, q.data, k.data, v.data, q.shape[0], q.shape[1],
+                         heads, op.intAttr("kv_heads"), q.shape[2] / heads, op.boolAttr("causal"),
+                         op.boolAttr("flash"));
     return;
   }
   case OpKind::GELU: {
@@ -367,12 +389,16 @@ template <typename D> void OpInterpreter<D>::executeBackward(Context &ctx) {
     return;
   }
   case OpKind::AttentionBwd: {
-    Operand q = in(ctx, 0), k = in(ctx, 1), v = in(ctx, 2), dy = in(ctx, 3);
+    Operand q = in(ctx, 0), k = in(ctx, 1), v = in(ctx, 2), y = in(ctx, 3), stats = in(ctx, 4);
+    Operand dy = in(ctx, 5);
     Operand dq = out(ctx, 0, false), dk = out(ctx, 1, false), dv = out(ctx, 2, false);
     int64_t heads = op.intAttr("heads");
-    dev.attentionBackward(dq.data, dk.data, dv.data, q.data, k.data, v.data, dy.data, q.shape[0],
-                          q.shape[1], heads, op.intAttr("kv_heads"), q.shape[2] / heads,
-                          op.boolAttr("causal"));
+    if (y.numel() != q.numel() || dy.numel() != q.numel())
+      opError("attention_bwd: the output and its gradient differ in size from q");
+    checkAttentionStats(stats, q, heads, op.boolAttr("flash"));
+    dev.attentionBackward(dq.data, dk.data, dv.data, q.data, k.data, v.data, y.data, stats.data,
+                          dy.data, q.shape[0], q.shape[1], heads, op.intAttr("kv_heads"),
+                          q.shape[2] / heads, op.boolAttr("causal"), op.boolAttr("flash"));
     return;
   }
   case OpKind::GELUBwd: {

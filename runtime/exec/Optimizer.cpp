@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace parc::runtime {
 
@@ -23,13 +24,23 @@ StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::R
   using Param = typename ParamStore<D>::Param;
   D &dev = params.device();
   StepStats stats;
+  // What this rank updates: the owned range of each shard's gradient. A range nothing wrote
+  // (no reduce-scatter reached its partition) is an error in the plan, not a zero.
+  std::vector<Grad *> owned;
+  for (Param &param : params.all()) {
+    owned.push_back(params.ownedGrad(param));
+    if (param.ownedCount() > 0 && !owned.back())
+      throw std::runtime_error("optimizer_step: the gradient of '" + param.shard->name +
+                               "' was never reduced in this step");
+  }
   if (gradUnscale != 1)
-    for (Param &param : params.all())
-      dev.scale(param.grad + param.ownedBegin, param.ownedCount(), gradUnscale);
+    for (size_t i = 0; i < owned.size(); ++i)
+      if (owned[i])
+        dev.scale(owned[i], params.all()[i].ownedCount(), gradUnscale);
   std::vector<std::pair<const Grad *, int64_t>> normed;
-  for (Param &param : params.all())
-    if (param.shard->countsInGradNorm)
-      normed.emplace_back(param.grad + param.ownedBegin, param.ownedCount());
+  for (size_t i = 0; i < owned.size(); ++i)
+    if (params.all()[i].shard->countsInGradNorm && owned[i])
+      normed.emplace_back(owned[i], params.all()[i].ownedCount());
   stats.localSquares = dev.squaredSum(normed);
   double squares = stats.localSquares;
   for (plan::Group group : instr.normGroups) {
@@ -45,19 +56,21 @@ StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::R
   if (train.gradClip > 0 && stats.gradNorm > train.gradClip) {
     stats.clipped = true;
     double factor = train.gradClip / (stats.gradNorm + 1e-6);
-    for (Param &param : params.all())
-      dev.scale(param.grad + param.ownedBegin, param.ownedCount(), factor);
+    for (size_t i = 0; i < owned.size(); ++i)
+      if (owned[i])
+        dev.scale(owned[i], params.all()[i].ownedCount(), factor);
   }
 
   stats.lr = learningRate(train, update);
-  for (Param &param : params.all()) {
+  for (size_t i = 0; i < owned.size(); ++i) {
+    Param &param = params.all()[i];
     int64_t count = param.ownedCount();
     if (count == 0)
       continue;
     // Megatron exempts biases and norm weights from weight decay.
     double decay = param.shard->shape.size() >= 2 ? train.weightDecay : 0.0;
     T *weights = params.ownedWeights(param);
-    const Grad *grad = param.grad + param.ownedBegin;
+    const Grad *grad = owned[i];
     if (D::KeepsMasterWeights && !param.master.allocated()) {
       param.master = params.optimizerBuffer(size_t(count));
       dev.initMaster(param.master.data(), weights, count);

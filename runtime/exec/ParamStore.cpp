@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 namespace parc::runtime {
 
@@ -93,19 +94,11 @@ template <typename D> llvm::Error ParamStore<D>::buildPartitions() {
 
 template <typename D> void ParamStore<D>::initialize(uint64_t seed) {
   int64_t gradElements = 0;
-  for (const Partition &partition : parts)
-    gradElements += partition.padded();
   for (const Param &param : params)
     if (param.partition < 0)
       gradElements += param.numel;
   gradStorage = Buffer<Grad>(memory, MemoryCategory::Grads, size_t(gradElements));
   Grad *nextGrad = gradStorage.data();
-  for (Partition &partition : parts) {
-    partition.grads = nextGrad;
-    for (size_t i : partition.params)
-      params[i].grad = nextGrad + params[i].flatOffset;
-    nextGrad += partition.padded();
-  }
   for (Param &param : params) {
     if (param.partition >= 0)
       continue;
@@ -120,8 +113,10 @@ template <typename D> void ParamStore<D>::initialize(uint64_t seed) {
     pointInto(partition);
     for (size_t i : partition.params)
       dev.initShard(params[i].value, seed, *params[i].shard);
-    if (partition.zero3)
+    if (partition.zero3) {
+      partition.owned = Buffer<T>(memory, MemoryCategory::Weights, size_t(partition.perMember));
       release(partition);
+    }
   }
 }
 
@@ -159,28 +154,60 @@ typename ParamStore<D>::Partition &ParamStore<D>::partitionOf(const plan::Instr 
   return parts[size_t(index)];
 }
 
+template <typename D> typename D::Grad *ParamStore<D>::writableGrad(Param &param) {
+  if (param.partition >= 0) {
+    Partition &partition = parts[size_t(param.partition)];
+    if (!partition.grads.allocated()) {
+      partition.grads = Buffer<Grad>(memory, MemoryCategory::Grads, size_t(partition.padded()));
+      pointGradsInto(partition);
+    }
+  }
+  return param.grad;
+}
+
+template <typename D> void ParamStore<D>::pointGradsInto(Partition &partition) {
+  for (size_t i : partition.params)
+    params[i].grad =
+        partition.grads.allocated() ? partition.grads.data() + params[i].flatOffset : nullptr;
+}
+
+template <typename D>
+std::pair<typename D::Grad *, int64_t> ParamStore<D>::heldGrad(Param &param) {
+  if (param.grad)
+    return {param.grad, param.numel};
+  if (param.partition >= 0 && parts[size_t(param.partition)].ownedGrads.allocated())
+    return {ownedGrad(param), param.ownedCount()};
+  throw std::runtime_error("the gradient of '" + param.shard->name +
+                           "' was not written in this step");
+}
+
 template <typename D>
 void ParamStore<D>::allReduceGrads(Communicator &comm, const plan::Instr &instr) {
-  std::vector<size_t> members = resolve(instr);
+  std::vector<std::pair<Grad *, int64_t>> held;
   int64_t total = 0;
   bool adjacent = true;
-  for (size_t k = 0; k < members.size(); ++k) {
-    const Param &param = params[members[k]];
-    if (k > 0 && param.grad != params[members[k - 1]].grad + params[members[k - 1]].numel)
+  for (size_t i : resolve(instr)) {
+    std::pair<Grad *, int64_t> part = heldGrad(params[i]);
+    if (part.second == 0)
+      continue;
+    if (!held.empty() && part.first != held.back().first + held.back().second)
       adjacent = false;
-    total += param.numel;
+    held.push_back(part);
+    total += part.second;
   }
-  // One collective for the whole list: in place when the shards are adjacent in the gradient
-  // buffer, as they are for the data-parallel all-reduce, else through a copy.
+  if (held.empty())
+    return;
+  // One collective for the whole list: in place when the parts are adjacent, as they are for
+  // the data-parallel all-reduce, else through a copy.
   Buffer<Grad> scratch;
-  Grad *flat = params[members.front()].grad;
+  Grad *flat = held.front().first;
   if (!adjacent) {
     scratch = Buffer<Grad>(memory, MemoryCategory::Grads, size_t(total));
     flat = scratch.data();
     int64_t offset = 0;
-    for (size_t i : members) {
-      dev.copy(flat + offset, params[i].grad, params[i].numel);
-      offset += params[i].numel;
+    for (auto [data, count] : held) {
+      dev.copy(flat + offset, data, count);
+      offset += count;
     }
   }
   const std::vector<int64_t> &group = plan.groups.get(instr.group);
@@ -190,21 +217,31 @@ void ParamStore<D>::allReduceGrads(Communicator &comm, const plan::Instr &instr)
   if (adjacent)
     return;
   int64_t offset = 0;
-  for (size_t i : members) {
-    dev.copy(params[i].grad, flat + offset, params[i].numel);
-    offset += params[i].numel;
+  for (auto [data, count] : held) {
+    dev.copy(data, flat + offset, count);
+    offset += count;
   }
 }
 
 template <typename D>
 void ParamStore<D>::reduceScatterGrads(Communicator &comm, const plan::Instr &instr) {
   Partition &partition = partitionOf(instr);
-  Buffer<Grad> owned(memory, MemoryCategory::Grads, size_t(partition.perMember));
-  comm.reduceScatter(partition.group, partition.grads, owned.data(), size_t(partition.perMember));
+  if (!partition.grads.allocated())
+    throw std::runtime_error("no op wrote the gradients of this partition since its last "
+                             "reduce_scatter_grads");
+  Grad *mine = partition.grads.data() + partition.ownedLo();
+  comm.reduceScatter(partition.group, partition.grads.data(), mine, size_t(partition.perMember));
   if (instr.average)
-    dev.scale(owned.data(), partition.perMember, 1.0 / double(partition.group.size()));
-  // Only the owned range is meaningful afterwards; the optimizer reads nothing else.
-  dev.copy(partition.grads + partition.ownedLo(), owned.data(), partition.perMember);
+    dev.scale(mine, partition.perMember, 1.0 / double(partition.group.size()));
+  if (!partition.ownedGrads.allocated()) {
+    partition.ownedGrads =
+        Buffer<Grad>(memory, MemoryCategory::Grads, size_t(partition.perMember));
+    dev.copy(partition.ownedGrads.data(), mine, partition.perMember);
+  } else {
+    dev.addGrads(partition.ownedGrads.data(), mine, partition.perMember);
+  }
+  partition.grads.reset();
+  pointGradsInto(partition);
 }
 
 template <typename D> void ParamStore<D>::pointInto(Partition &partition) {
@@ -216,7 +253,6 @@ template <typename D> void ParamStore<D>::pointInto(Partition &partition) {
 template <typename D> void ParamStore<D>::release(Partition &partition) {
   if (!partition.weights.allocated())
     return;
-  partition.owned = Buffer<T>(memory, MemoryCategory::Weights, size_t(partition.perMember));
   dev.copy(partition.owned.data(), partition.weights.data() + partition.ownedLo(),
            partition.perMember);
   partition.weights.reset();
@@ -228,7 +264,6 @@ template <typename D> void ParamStore<D>::gather(Communicator &comm, Partition &
     partition.weights = Buffer<T>(memory, MemoryCategory::Weights, size_t(partition.padded()));
     dev.copy(partition.weights.data() + partition.ownedLo(), partition.owned.data(),
              partition.perMember);
-    partition.owned.reset();
     pointInto(partition);
   }
   // In place: this member's part of the buffer is its input.
@@ -253,13 +288,31 @@ template <typename D> void ParamStore<D>::gatherAll(Communicator &comm) {
 
 template <typename D> void ParamStore<D>::clearGrads() {
   dev.fill(gradStorage.data(), int64_t(gradStorage.size()), 0.0);
+  for (Partition &partition : parts) {
+    partition.grads.reset();
+    partition.ownedGrads.reset();
+    pointGradsInto(partition);
+  }
 }
 
 template <typename D> typename D::Value *ParamStore<D>::ownedWeights(Param &param) {
-  if (param.value)
+  if (param.ownedCount() == 0)
+    return nullptr;
+  if (param.partition < 0 || !parts[size_t(param.partition)].zero3)
     return param.value + param.ownedBegin;
   Partition &partition = parts[size_t(param.partition)];
   return partition.owned.data() + param.flatOffset + param.ownedBegin - partition.ownedLo();
+}
+
+template <typename D> typename D::Grad *ParamStore<D>::ownedGrad(Param &param) {
+  if (param.ownedCount() == 0)
+    return nullptr;
+  if (param.partition < 0)
+    return param.grad + param.ownedBegin;
+  Partition &partition = parts[size_t(param.partition)];
+  if (!partition.ownedGrads.allocated())
+    return nullptr;
+  return partition.ownedGrads.data() + param.flatOffset + param.ownedBegin - partition.ownedLo();
 }
 
 #define INSTANTIATE(D) template class ParamStore<D>;

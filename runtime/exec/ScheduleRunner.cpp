@@ -62,7 +62,7 @@ ScheduleRunner<D>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm
                                   int64_t gradBucketBytes, const LossScaleOptions &lossScale)
     : plan(plan), comm(comm), params(params), dev(params.device()), memory(dev.memory()),
       data(data), interpreter(plan, params, comm), gradSyncOverlap(plan, params, gradBucketBytes),
-      worldRanks(size_t(plan.world)), scaler(lossScale) {
+      within(plan), worldRanks(size_t(plan.world)), scaler(lossScale) {
   std::iota(worldRanks.begin(), worldRanks.end(), 0);
   for (const plan::Chunk &chunk : plan.chunks)
     liveness.push_back(ChunkLiveness::analyze(chunk));
@@ -119,6 +119,10 @@ template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
   gradSyncOverlap.beginStep();
   llvm::ArrayRef<plan::Instr> schedule = plan.schedule;
   for (size_t i = 0; i < schedule.size();) {
+    if (within.runsWithin(i)) {
+      ++i;
+      continue;
+    }
     size_t end = i + 1;
     if (plan::isTransfer(schedule[i].op))
       while (end < schedule.size() && plan::isTransfer(schedule[end].op))
@@ -187,7 +191,7 @@ template <typename D> void ScheduleRunner<D>::runInstr(size_t index, int64_t ste
   case InstrKind::LoadBatch:
     return loadBatch(instr.microbatch, step);
   case InstrKind::Forward:
-    return forward(instr.chunk, instr.microbatch);
+    return forward(instr.chunk, instr.microbatch, index);
   case InstrKind::Backward:
     return backward(instr.chunk, instr.microbatch, index);
   case InstrKind::AllReduceGrads:
@@ -195,11 +199,9 @@ template <typename D> void ScheduleRunner<D>::runInstr(size_t index, int64_t ste
       params.allReduceGrads(comm, instr);
     return;
   case InstrKind::ReduceScatterGrads:
-    return params.reduceScatterGrads(comm, instr);
   case InstrKind::AllGatherParams:
-    return params.allGatherParams(comm, instr);
   case InstrKind::ReleaseParams:
-    return params.releaseParams(instr);
+    return runParamInstr(index);
   case InstrKind::OptimizerStep:
     lastStats = optimizerStep(params, comm, plan, instr, updates, 1.0 / scaler.scale());
     lastStats.lossScale = scaler.scale();
@@ -211,6 +213,56 @@ template <typename D> void ScheduleRunner<D>::runInstr(size_t index, int64_t ste
   case InstrKind::RecvGrad:
     return runTransfers(instr);
   }
+}
+
+template <typename D> void ScheduleRunner<D>::runParamInstr(size_t index) {
+  const plan::Instr &instr = plan.schedule[index];
+  switch (instr.op) {
+  case InstrKind::ReduceScatterGrads:
+    return params.reduceScatterGrads(comm, instr);
+  case InstrKind::AllGatherParams:
+    return params.allGatherParams(comm, instr);
+  case InstrKind::ReleaseParams:
+    return params.releaseParams(instr);
+  default:
+    scheduleError(describeInstr(instr) + " is not a ZeRO instruction");
+  }
+}
+
+template <typename D>
+void ScheduleRunner<D>::runOps(const plan::Chunk &chunk, bool backward, size_t index,
+                               ChunkEnv<T> &env) {
+  const std::vector<WithinPlacement::Hook> &hooks = within.hooksOf(index);
+  auto runHooks = [&](size_t op, bool before) {
+    for (const WithinPlacement::Hook &hook : hooks)
+      if (hook.op == op && hook.before == before) {
+        try {
+          runParamInstr(hook.instr);
+        } catch (const CommError &error) {
+          throw CommError("schedule[" + std::to_string(hook.instr) + "] (" +
+                          describeInstr(plan.schedule[hook.instr]) + ", within): " + error.what());
+        } catch (const std::runtime_error &error) {
+          throw std::runtime_error("schedule[" + std::to_string(hook.instr) + "] (" +
+                                   describeInstr(plan.schedule[hook.instr]) +
+                                   ", within): " + error.what());
+        }
+      }
+  };
+  const ChunkLiveness &live = liveness[size_t(chunk.index)];
+  llvm::ArrayRef<plan::Op> ops = backward ? chunk.backward : chunk.forward;
+  if (ops.empty()) {
+    runHooks(0, true);
+    runHooks(0, false);
+    return;
+  }
+  interpreter.run(
+      chunk, backward, ops, backward ? live.afterBackward : live.afterForward, env,
+      [&](size_t op) {
+        runHooks(op, false);
+        if (backward)
+          gradSyncOverlap.afterBackwardOp(comm, index, op);
+      },
+      [&](size_t op) { runHooks(op, true); });
 }
 
 template <typename D> void ScheduleRunner<D>::afterOptimizer(int64_t step) {
@@ -267,7 +319,8 @@ template <typename D> void ScheduleRunner<D>::loadBatch(int64_t microbatch, int6
   }
 }
 
-template <typename D> void ScheduleRunner<D>::forward(int64_t index, int64_t microbatch) {
+template <typename D>
+void ScheduleRunner<D>::forward(int64_t index, int64_t microbatch, size_t instr) {
   const plan::Chunk &chunk = chunkAt(index);
   ChunkEnv<T> &env = envs[{index, microbatch}];
   if (!chunk.input.empty() && !env.has(chunk.input)) {
@@ -282,8 +335,7 @@ template <typename D> void ScheduleRunner<D>::forward(int64_t index, int64_t mic
     scheduleError("no load_batch before the forward of the embedding chunk");
   if (chunk.hasHead && !env.ids.count("labels"))
     scheduleError("no load_batch before the forward of the head chunk");
-  interpreter.run(chunk, /*backward=*/false, chunk.forward, liveness[size_t(index)].afterForward,
-                  env);
+  runOps(chunk, /*backward=*/false, instr, env);
   if (chunk.hasHead) {
     auto loss = env.values.find("loss");
     if (loss == env.values.end())
@@ -315,8 +367,7 @@ void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch, size_t instr
         takeFrom({index + 1, microbatch}, plan::gradName(next.input), /*copy=*/false);
     envs.erase({index + 1, microbatch});
   }
-  interpreter.run(chunk, /*backward=*/true, chunk.backward, liveness[size_t(index)].afterBackward,
-                  env, [&](size_t op) { gradSyncOverlap.afterBackwardOp(comm, instr, op); });
+  runOps(chunk, /*backward=*/true, instr, env);
   // Only the input gradient outlives the backward, until it is sent or handed over.
   std::string inputGrad = chunk.input.empty() ? "" : plan::gradName(chunk.input);
   Tensor<T> kept;

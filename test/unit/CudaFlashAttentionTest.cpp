@@ -122,11 +122,12 @@ template <typename T> void compareWithCpu(const Case &c, cudaStream_t stream) {
   cuda::flashAttentionBackward(dDq.get(), dDk.get(), dDv.get(), dQ.get(), dK.get(), dV.get(),
                                dDy.get(), c.seq, c.batch, c.heads, c.kvHeads, c.headDim, c.causal,
                                stream);
-  Doubles y(nq), dq(nq), dk(nkv), dv(nkv);
-  cpu::attentionForward(y.data(), q.data(), k.data(), v.data(), c.seq, c.batch, c.heads, c.kvHeads,
-                        c.headDim, c.causal);
-  cpu::attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(), dy.data(),
-                         c.seq, c.batch, c.heads, c.kvHeads, c.headDim, c.causal);
+  Doubles y(nq), dq(nq), dk(nkv), dv(nkv), probs(size_t(c.batch * c.heads * c.seq * c.seq));
+  cpu::attentionForward(y.data(), probs.data(), q.data(), k.data(), v.data(), c.seq, c.batch,
+                        c.heads, c.kvHeads, c.headDim, c.causal);
+  cpu::attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(),
+                         probs.data(), dy.data(), c.seq, c.batch, c.heads, c.kvHeads, c.headDim,
+                         c.causal);
   expectClose("y", dY.read(), y, c, c.heads);
   expectClose("dq", dDq.read(), dq, c, c.heads);
   expectClose("dk", dDk.read(), dk, c, c.kvHeads);

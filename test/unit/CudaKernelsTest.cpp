@@ -279,10 +279,12 @@ TYPED_TEST(CudaKernelsTest, Attention) {
     cuda::attentionBackward(*this->blas, dDq.get(), dDk.get(), dDv.get(), dQ.get(), dK.get(),
                             dV.get(), dDy.get(), seq, batch, shape.heads, shape.kvHeads, headDim,
                             shape.causal);
-    cpu::attentionForward(y.data(), q.data(), k.data(), v.data(), seq, batch, shape.heads,
-                          shape.kvHeads, headDim, shape.causal);
-    cpu::attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(), dy.data(),
-                           seq, batch, shape.heads, shape.kvHeads, headDim, shape.causal);
+    Floats probs(size_t(batch * shape.heads * seq * seq));
+    cpu::attentionForward(y.data(), probs.data(), q.data(), k.data(), v.data(), seq, batch,
+                          shape.heads, shape.kvHeads, headDim, shape.causal);
+    cpu::attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(),
+                           probs.data(), dy.data(), seq, batch, shape.heads, shape.kvHeads, headDim,
+                           shape.causal);
     this->expectClose(dY, y, "y");
     this->expectClose(dDq, dq, "dq");
     this->expectClose(dDk, dk, "dk");

@@ -179,11 +179,18 @@ TEST(ParamStore, ZeroCollectivesMatchAnUnpartitionedUpdate) {
     // ZeRO-3 starts released: only the owned range is held.
     EXPECT_TRUE(store.find("a")->released());
     store.allGatherParams(comm, plan.schedule[0]);
-    for (auto &param : store.all())
+    // A partition's whole gradient exists from its first write to its reduce-scatter.
+    EXPECT_EQ(store.find("a")->grad, nullptr);
+    for (auto &param : store.all()) {
+      double *grad = store.writableGrad(param);
       for (int64_t k = 0; k < param.numel; ++k)
-        param.grad[size_t(k)] = double(comm.rank() + 1) * double(k + 1);
+        grad[size_t(k)] = double(comm.rank() + 1) * double(k + 1);
+    }
     store.releaseParams(plan.schedule[1]);
     store.reduceScatterGrads(comm, plan.schedule[2]);
+    EXPECT_EQ(store.find("a")->grad, nullptr);
+    EXPECT_EQ(device.memory().current(MemoryCategory::Grads),
+              int64_t(store.partitions()[0].perMember * sizeof(double)));
     StepStats stats = optimizerStep(store, comm, plan, plan.schedule[3], 0);
     EXPECT_TRUE(stats.updated);
     // Global norm over the averaged gradient 1.5 * (k + 1) of every element, counted once.

@@ -327,39 +327,92 @@ Vec referenceAttention(const Vec &q, const Vec &k, const Vec &v, int64_t seq, in
   return y;
 }
 
-void checkAttention(int64_t heads, int64_t kvHeads, bool causal) {
+/// Standard attention keeps [batch, heads, seq, seq] probabilities, flash [batch, heads, seq]
+/// logsumexp rows; both run through these two.
+struct AttentionRun {
+  int64_t seq, batch, heads, kvHeads, headDim;
+  bool causal, flash;
+
+  Vec stats() const { return Vec(size_t(batch * heads * seq * (flash ? 1 : seq))); }
+  void forward(Vec &y, Vec &stats, const Vec &q, const Vec &k, const Vec &v) const {
+    if (flash)
+      flashAttentionForward(y.data(), stats.data(), q.data(), k.data(), v.data(), seq, batch,
+                            heads, kvHeads, headDim, causal);
+    else
+      attentionForward(y.data(), stats.data(), q.data(), k.data(), v.data(), seq, batch, heads,
+                       kvHeads, headDim, causal);
+  }
+  void backward(Vec &dq, Vec &dk, Vec &dv, const Vec &q, const Vec &k, const Vec &v, const Vec &y,
+                const Vec &stats, const Vec &dy) const {
+    if (flash)
+      flashAttentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(),
+                             y.data(), stats.data(), dy.data(), seq, batch, heads, kvHeads,
+                             headDim, causal);
+    else
+      attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(),
+                        stats.data(), dy.data(), seq, batch, heads, kvHeads, headDim, causal);
+  }
+};
+
+void checkAttention(int64_t heads, int64_t kvHeads, bool causal, bool flash) {
   SCOPED_TRACE(testing::Message() << "heads " << heads << " kv_heads " << kvHeads << " causal "
-                                  << causal);
+                                  << causal << " flash " << flash);
   std::mt19937_64 rng(8 + heads * 10 + kvHeads + causal);
-  const int64_t seq = 5, batch = 2, headDim = 3;
+  const AttentionRun run{5, 2, heads, kvHeads, 3, causal, flash};
+  const int64_t seq = run.seq, batch = run.batch, headDim = run.headDim;
   Vec q = randomVec(seq * batch * heads * headDim, rng);
   Vec k = randomVec(seq * batch * kvHeads * headDim, rng), v = randomVec(k.size(), rng);
-  Vec dy = randomVec(q.size(), rng), y(q.size());
-  attentionForward(y.data(), q.data(), k.data(), v.data(), seq, batch, heads, kvHeads, headDim,
-                   causal);
+  Vec dy = randomVec(q.size(), rng), y(q.size()), stats = run.stats();
+  run.forward(y, stats, q, k, v);
   Vec expected = referenceAttention(q, k, v, seq, batch, heads, kvHeads, headDim, causal);
   for (size_t i = 0; i < y.size(); ++i)
     EXPECT_NEAR(y[i], expected[i], 1e-13);
 
   auto loss = [&] {
-    attentionForward(y.data(), q.data(), k.data(), v.data(), seq, batch, heads, kvHeads, headDim,
-                     causal);
+    Vec scratch = run.stats();
+    run.forward(y, scratch, q, k, v);
     return dot(dy, y);
   };
   Vec numericQ = numericGradient(loss, q), numericK = numericGradient(loss, k),
       numericV = numericGradient(loss, v);
+  run.forward(y, stats, q, k, v);
   // Stale values in the outputs must not leak into the gradients.
   Vec dq = randomVec(q.size(), rng), dk = randomVec(k.size(), rng), dv = randomVec(v.size(), rng);
-  attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(), dy.data(), seq,
-                    batch, heads, kvHeads, headDim, causal);
+  run.backward(dq, dk, dv, q, k, v, y, stats, dy);
   EXPECT_LT(relativeError(dq, numericQ), gradTolerance);
   EXPECT_LT(relativeError(dk, numericK), gradTolerance);
   EXPECT_LT(relativeError(dv, numericV), gradTolerance);
 }
 
-TEST(KernelsTest, AttentionGroupedQueryGradients) { checkAttention(4, 2, true); }
-TEST(KernelsTest, AttentionMultiHeadGradients) { checkAttention(4, 4, true); }
-TEST(KernelsTest, AttentionWithoutMaskGradients) { checkAttention(4, 1, false); }
+TEST(KernelsTest, AttentionGroupedQueryGradients) { checkAttention(4, 2, true, false); }
+TEST(KernelsTest, AttentionMultiHeadGradients) { checkAttention(4, 4, true, false); }
+TEST(KernelsTest, AttentionWithoutMaskGradients) { checkAttention(4, 1, false, false); }
+TEST(KernelsTest, FlashAttentionGroupedQueryGradients) { checkAttention(4, 2, true, true); }
+TEST(KernelsTest, FlashAttentionWithoutMaskGradients) { checkAttention(4, 1, false, true); }
+
+// Over several tiles (seq 150 = 64 + 64 + 22), flash attention computes what standard attention
+// computes, to rounding: the outputs and all three gradients.
+TEST(KernelsTest, FlashAttentionEqualsStandardToRounding) {
+  for (bool causal : {true, false}) {
+    SCOPED_TRACE(testing::Message() << "causal " << causal);
+    std::mt19937_64 rng(21 + causal);
+    AttentionRun standard{150, 2, 4, 2, 8, causal, false}, flash = standard;
+    flash.flash = true;
+    int64_t n = standard.seq * standard.batch * standard.heads * standard.headDim;
+    Vec q = randomVec(n, rng), k = randomVec(n / 2, rng), v = randomVec(n / 2, rng);
+    Vec dy = randomVec(n, rng);
+    Vec y(q.size()), yFlash(q.size()), probs = standard.stats(), lse = flash.stats();
+    standard.forward(y, probs, q, k, v);
+    flash.forward(yFlash, lse, q, k, v);
+    EXPECT_LT(relativeError(yFlash, y), 1e-13);
+    Vec dq(q.size()), dk(k.size()), dv(v.size()), dqF(q.size()), dkF(k.size()), dvF(v.size());
+    standard.backward(dq, dk, dv, q, k, v, y, probs, dy);
+    flash.backward(dqF, dkF, dvF, q, k, v, yFlash, lse, dy);
+    EXPECT_LT(relativeError(dqF, dq), 1e-12);
+    EXPECT_LT(relativeError(dkF, dk), 1e-12);
+    EXPECT_LT(relativeError(dvF, dv), 1e-12);
+  }
+}
 
 //===----------------------------------------------------------------------===//
 // Activations
@@ -548,9 +601,12 @@ TEST(KernelsTest, FloatKernelsAgreeWithDouble) {
       v = randomVec(q.size(), rng), y(q.size());
   std::vector<float> qf(q.begin(), q.end()), kf(k.begin(), k.end()), vf(v.begin(), v.end()),
       yf(q.size());
-  attentionForward(y.data(), q.data(), k.data(), v.data(), seq, batch, heads, heads, headDim, true);
-  attentionForward(yf.data(), qf.data(), kf.data(), vf.data(), seq, batch, heads, heads, headDim,
-                   true);
+  Vec probs(size_t(batch * heads * seq * seq));
+  std::vector<float> probsf(probs.size());
+  attentionForward(y.data(), probs.data(), q.data(), k.data(), v.data(), seq, batch, heads, heads,
+                   headDim, true);
+  attentionForward(yf.data(), probsf.data(), qf.data(), kf.data(), vf.data(), seq, batch, heads,
+                   heads, headDim, true);
   for (size_t i = 0; i < y.size(); ++i)
     EXPECT_NEAR(yf[i], y[i], 1e-5);
 }

@@ -78,11 +78,12 @@ RankPlan stageZeroPlan() {
   for (const char *name : {"q", "k", "v", "ctx", "q.grad", "k.grad", "v.grad", "ctx.grad"})
     c.tensors[name] = act({8, 1, 8});
   c.tensors["qkv"] = c.tensors["qkv.grad"] = act({8, 1, 24});
+  c.tensors["lse"] = act({1, 2, 8});
   c.tensors["tokens"] = act({1, 8}, DType::Int64);
   std::string qkv = "block.0.attn.qkv.weight", proj = "block.0.attn.proj.weight";
   std::map<std::string, AttrValue> tpGroup{{"group", std::string("tp")}},
       transB{{"trans_a", false}, {"trans_b", true}}, eps{{"eps", 1e-5}},
-      heads{{"causal", true}, {"heads", int64_t(2)}, {"kv_heads", int64_t(2)}},
+      heads{{"causal", true}, {"flash", true}, {"heads", int64_t(2)}, {"kv_heads", int64_t(2)}},
       dim2{{"dim", int64_t(2)}};
   c.forward = {
       op(OpKind::Embedding, {"tokens", "embedding.word.weight"}, {"emb.partial"},
@@ -92,7 +93,7 @@ RankPlan stageZeroPlan() {
       op(OpKind::LayerNorm, {"x0", "block.0.ln1.weight", "block.0.ln1.bias"}, {"ln1"}, eps),
       op(OpKind::MatMul, {"ln1", qkv}, {"qkv"}, transB),
       op(OpKind::Split, {"qkv"}, {"q", "k", "v"}, dim2),
-      op(OpKind::Attention, {"q", "k", "v"}, {"ctx"}, heads),
+      op(OpKind::Attention, {"q", "k", "v"}, {"ctx", "lse"}, heads),
       op(OpKind::MatMul, {"ctx", proj}, {"proj.partial"}, transB),
       op(OpKind::AllReduce, {"proj.partial"}, {"proj"}, tpGroup),
       op(OpKind::ResidualAdd, {"x0", "proj"}, {"x1"}),
@@ -100,7 +101,8 @@ RankPlan stageZeroPlan() {
   c.backward = {
       op(OpKind::ResidualAddBwd, {"x1.grad"}, {"x0.grad.res", "proj.grad"}),
       op(OpKind::MatMulBwd, {"ctx", proj, "proj.grad"}, {"ctx.grad", gradName(proj)}, transB),
-      op(OpKind::AttentionBwd, {"q", "k", "v", "ctx.grad"}, {"q.grad", "k.grad", "v.grad"}, heads),
+      op(OpKind::AttentionBwd, {"q", "k", "v", "ctx", "lse", "ctx.grad"},
+         {"q.grad", "k.grad", "v.grad"}, heads),
       op(OpKind::SplitBwd, {"q.grad", "k.grad", "v.grad"}, {"qkv.grad"}, dim2),
       op(OpKind::MatMulBwd, {"ln1", qkv, "qkv.grad"}, {"ln1.grad.partial", gradName(qkv)}, transB),
       op(OpKind::AllReduce, {"ln1.grad.partial"}, {"ln1.grad"}, tpGroup),

@@ -1,15 +1,16 @@
-//===- Attention.cpp - rotary embedding and grouped-query attention -------===//
+//===- Attention.cpp - rotary embedding and standard grouped-query attention ---===//
 //
 // q, k, v, y are [seq, batch, heads*headDim]: one (batch, head) slice is a seq x headDim
 // matrix with row stride batch*heads*headDim, which cblas takes as its leading dimension, so
-// every product runs on the activations in place. Only the seq x seq probabilities of the
-// current (batch, head) are materialised; the backward recomputes them because the plan's
-// attention_bwd receives q, k and v but no saved softmax.
+// every product runs on the activations in place. Standard attention (Megatron's unfused
+// softmax) keeps the probabilities of every (batch, head), [batch, heads, seq, seq], for the
+// backward; FlashAttention.cpp keeps only their row logsumexp.
 //
 //===----------------------------------------------------------------------===//
 
 #include "parc/Runtime/Kernels.h"
 
+#include "AttentionSlices.h"
 #include "Blas.h"
 
 #include <algorithm>
@@ -20,6 +21,8 @@
 namespace parc::runtime::cpu {
 
 using detail::gemm;
+using detail::HeadSlices;
+using detail::headSlices;
 
 namespace {
 
@@ -68,17 +71,13 @@ template <typename T> void softmaxRows(T *scores, int64_t seq, bool causal) {
   }
 }
 
-// Where one (batch, head) slice of q, k, v starts and how far apart its rows are.
-struct HeadSlices {
-  int64_t qOffset, kvOffset, qStride, kvStride;
-};
-
-HeadSlices headSlices(int64_t b, int64_t h, int64_t batch, int64_t heads, int64_t kvHeads,
-                      int64_t headDim) {
-  assert(kvHeads > 0 && heads % kvHeads == 0 && "kv_heads must divide heads");
-  int64_t kvHead = h / (heads / kvHeads);
-  return {(b * heads + h) * headDim, (b * kvHeads + kvHead) * headDim, batch * heads * headDim,
-          batch * kvHeads * headDim};
+// ds = p * (ds - sum(p * ds)) over one row: the softmax backward, ds holding dP on entry.
+template <typename T> void softmaxRowBackward(T *ds, const T *p, int64_t n) {
+  double dot = 0;
+  for (int64_t u = 0; u < n; ++u)
+    dot += double(p[u]) * ds[u];
+  for (int64_t u = 0; u < n; ++u)
+    ds[u] = T(p[u] * (ds[u] - dot));
 }
 
 } // namespace
@@ -98,51 +97,43 @@ void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads,
 }
 
 template <typename T>
-void attentionForward(T *y, const T *q, const T *k, const T *v, int64_t seq, int64_t batch,
-                      int64_t heads, int64_t kvHeads, int64_t headDim, bool causal) {
-  // y = softmax(q k^T / sqrt(d) + mask) v per (batch, head)
+void attentionForward(T *y, T *probs, const T *q, const T *k, const T *v, int64_t seq,
+                      int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim, bool causal) {
+  // P = softmax(q k^T / sqrt(d) + mask), y = P v per (batch, head); P is kept
   T scale = T(1.0 / std::sqrt(double(headDim)));
-  std::vector<T> probs(seq * seq);
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h) {
       HeadSlices s = headSlices(b, h, batch, heads, kvHeads, headDim);
+      T *p = probs + (b * heads + h) * seq * seq;
       gemm(false, true, seq, seq, headDim, scale, q + s.qOffset, s.qStride, k + s.kvOffset,
-           s.kvStride, T(0), probs.data(), seq);
-      softmaxRows(probs.data(), seq, causal);
-      gemm(false, false, seq, headDim, seq, T(1), probs.data(), seq, v + s.kvOffset, s.kvStride,
-           T(0), y + s.qOffset, s.qStride);
+           s.kvStride, T(0), p, seq);
+      softmaxRows(p, seq, causal);
+      gemm(false, false, seq, headDim, seq, T(1), p, seq, v + s.kvOffset, s.kvStride, T(0),
+           y + s.qOffset, s.qStride);
     }
 }
 
 template <typename T>
-void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dy,
-                       int64_t seq, int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
-                       bool causal) {
+void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *probs,
+                       const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t kvHeads,
+                       int64_t headDim, bool causal) {
   // dv += P^T dy; dS = P (dP - rowsum(P dP)), dP = dy v^T; dq = s dS k; dk += s dS^T q
+  (void)causal; // the masked probabilities are exact zeros, so dS is zero there too
   T scale = T(1.0 / std::sqrt(double(headDim)));
   std::fill(dk, dk + seq * batch * kvHeads * headDim, T(0));
   std::fill(dv, dv + seq * batch * kvHeads * headDim, T(0));
-  std::vector<T> probs(seq * seq), dscores(seq * seq);
+  std::vector<T> dscores(size_t(seq * seq));
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h) {
       HeadSlices s = headSlices(b, h, batch, heads, kvHeads, headDim);
-      gemm(false, true, seq, seq, headDim, scale, q + s.qOffset, s.qStride, k + s.kvOffset,
-           s.kvStride, T(0), probs.data(), seq);
-      softmaxRows(probs.data(), seq, causal);
+      const T *p = probs + (b * heads + h) * seq * seq;
       // Query heads of one group share k and v, so their dk and dv add up (beta = 1).
-      gemm(true, false, seq, headDim, seq, T(1), probs.data(), seq, dy + s.qOffset, s.qStride, T(1),
+      gemm(true, false, seq, headDim, seq, T(1), p, seq, dy + s.qOffset, s.qStride, T(1),
            dv + s.kvOffset, s.kvStride);
       gemm(false, true, seq, seq, headDim, T(1), dy + s.qOffset, s.qStride, v + s.kvOffset,
            s.kvStride, T(0), dscores.data(), seq);
-      for (int64_t t = 0; t < seq; ++t) {
-        const T *p = probs.data() + t * seq;
-        T *ds = dscores.data() + t * seq;
-        double dot = 0;
-        for (int64_t u = 0; u < seq; ++u)
-          dot += double(p[u]) * ds[u];
-        for (int64_t u = 0; u < seq; ++u)
-          ds[u] = T(p[u] * (ds[u] - dot));
-      }
+      for (int64_t t = 0; t < seq; ++t)
+        softmaxRowBackward(dscores.data() + t * seq, p + t * seq, seq);
       gemm(false, false, seq, headDim, seq, scale, dscores.data(), seq, k + s.kvOffset, s.kvStride,
            T(0), dq + s.qOffset, s.qStride);
       gemm(true, false, seq, headDim, seq, scale, dscores.data(), seq, q + s.qOffset, s.qStride,
@@ -153,10 +144,10 @@ void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, 
 #define PARC_INSTANTIATE(T)                                                                        \
   template void ropeForward(T *, const T *, int64_t, int64_t, int64_t, int64_t, double);           \
   template void ropeBackward(T *, const T *, int64_t, int64_t, int64_t, int64_t, double);          \
-  template void attentionForward(T *, const T *, const T *, const T *, int64_t, int64_t, int64_t,  \
-                                 int64_t, int64_t, bool);                                          \
+  template void attentionForward(T *, T *, const T *, const T *, const T *, int64_t, int64_t,       \
+                                 int64_t, int64_t, int64_t, bool);                                 \
   template void attentionBackward(T *, T *, T *, const T *, const T *, const T *, const T *,       \
-                                  int64_t, int64_t, int64_t, int64_t, int64_t, bool);
+                                  const T *, int64_t, int64_t, int64_t, int64_t, int64_t, bool);
 PARC_INSTANTIATE(float)
 PARC_INSTANTIATE(double)
 #undef PARC_INSTANTIATE

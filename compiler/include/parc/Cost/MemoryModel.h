@@ -11,6 +11,7 @@
 #define PARC_COST_MEMORYMODEL_H
 
 #include "parc/Check/Mapping.h"
+#include "parc/Cost/ZeroPolicy.h"
 #include "parc/Sema/Program.h"
 #include "parc/Support/Diagnostics.h"
 
@@ -62,6 +63,14 @@ ParamCount headParams(const ModelSpec &model, int64_t paddedVocab);
 ParamCount finalNormParams(const ModelSpec &model);
 /// Every distinct parameter of the model: a tied head shares the embedding's matrix.
 int64_t totalParams(const ModelSpec &model, int64_t paddedVocab);
+
+/// The parameter units of virtual stage `virtualStage` as one tp rank holds them, in the order
+/// the backward finishes their gradients: the head (its own matrix, or a tied head's copy on a
+/// stage without the embedding), the final norm, the blocks from last to first, the learned
+/// positions and the word embedding. ZeRO groups them into buckets (ZeroPolicy.h); the lowering
+/// checks that its shards add up to the same counts.
+std::vector<ParamUnit> virtualStageUnits(const ModelSpec &model, const Mapping &mapping,
+                                         int64_t virtualStage);
 
 /// Bytes one parameter costs before ZeRO sharding.
 struct StateBytesPerParam {

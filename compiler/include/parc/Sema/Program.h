@@ -182,6 +182,8 @@ struct ParallelSpec {
   /// gradient reduction behind the backward, the distributed optimizer's parameter all-gather
   /// behind the next forward, and the tensor-parallel collectives behind the GEMMs.
   bool overlapGradReduce = false, overlapParamGather = false, tpCommOverlap = false;
+  /// Parameters per ZeRO bucket (ZeroPolicy.h); Megatron-LM's DDP default of 40M elements.
+  int64_t bucketSize = 40000000;
   /// The fields written `auto`; the concrete fields above then hold a placeholder.
   SearchSpace space;
 

@@ -172,6 +172,7 @@ struct ParallelSummary {
   int64_t globalBatch = 1;  // micro_batch * M * dp
   Schedule schedule = Schedule::OneFOneB;
   int64_t zero = 0;
+  int64_t bucketSize = 40000000; // parameters per ZeRO bucket (the schedule's lists are them)
   Recompute recompute = Recompute::None;
   bool sequenceParallel = false;
 };
@@ -280,6 +281,11 @@ struct Instr {
   int64_t peer = -1;               // transfers: the other rank
   Group group = Group::DP;         // grad and param collectives
   bool average = false;            // grad collectives: divide the sum by the group size
+  /// ZeRO instructions next to a compute (all_gather_params before it, release_params and
+  /// reduce_scatter_grads after it) that run inside it: a gather just before the compute's
+  /// first op reading its params, a release after the last op reading them, a reduce-scatter
+  /// after the last op writing their gradients.
+  bool within = false;
   std::vector<std::string> params; // grad and param collectives, release_params
   std::vector<Group> normGroups;   // optimizer_step: groups the squared norm sums over
 
@@ -287,15 +293,17 @@ struct Instr {
   static Instr compute(InstrKind op, int64_t chunk, int64_t microbatch);
   static Instr transfer(InstrKind op, int64_t peer, int64_t chunk, int64_t microbatch);
   static Instr gradCollective(InstrKind op, Group group, bool average,
-                              std::vector<std::string> params);
-  static Instr allGatherParams(Group group, std::vector<std::string> params);
-  static Instr releaseParams(std::vector<std::string> params);
+                              std::vector<std::string> params, bool within = false);
+  static Instr allGatherParams(Group group, std::vector<std::string> params, bool within = false);
+  static Instr releaseParams(std::vector<std::string> params, bool within = false);
   static Instr optimizerStep(std::vector<Group> normGroups);
 };
 
 bool isTransfer(InstrKind op);
 bool isCompute(InstrKind op);
 bool usesParams(InstrKind op);
+/// The instructions that may run inside an adjacent compute (Instr::within).
+bool mayRunWithin(InstrKind op);
 
 //===----------------------------------------------------------------------===//
 // Files

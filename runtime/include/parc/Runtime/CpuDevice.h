@@ -76,6 +76,8 @@ public:
         main[i] += G(part[i]);
     }
   }
+  /// dst[i] += src[i] on gradients: a reduced bucket into the owned shard it accumulates in.
+  void addGrads(G *dst, const G *src, int64_t n) { cpu::residualAddForward(dst, dst, src, n); }
   /// Token ids and labels, from the host.
   void uploadIds(int64_t *dst, const int64_t *src, int64_t n) { std::copy_n(src, n, dst); }
   /// Values, from doubles on the host (rounded to T).
@@ -181,14 +183,24 @@ public:
                     double theta) {
     cpu::ropeBackward(dx, dy, seq, batch, heads, headDim, theta);
   }
-  void attentionForward(T *y, const T *q, const T *k, const T *v, int64_t seq, int64_t batch,
-                        int64_t heads, int64_t kvHeads, int64_t headDim, bool causal) {
-    cpu::attentionForward(y, q, k, v, seq, batch, heads, kvHeads, headDim, causal);
+  /// `stats` is what the plan's attention keeps: the row logsumexp with `flash`, else the
+  /// probabilities.
+  void attentionForward(T *y, T *stats, const T *q, const T *k, const T *v, int64_t seq,
+                        int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
+                        bool causal, bool flash) {
+    if (flash)
+      return cpu::flashAttentionForward(y, stats, q, k, v, seq, batch, heads, kvHeads, headDim,
+                                        causal);
+    cpu::attentionForward(y, stats, q, k, v, seq, batch, heads, kvHeads, headDim, causal);
   }
-  void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dy,
-                         int64_t seq, int64_t batch, int64_t heads, int64_t kvHeads,
-                         int64_t headDim, bool causal) {
-    cpu::attentionBackward(dq, dk, dv, q, k, v, dy, seq, batch, heads, kvHeads, headDim, causal);
+  void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *y,
+                         const T *stats, const T *dy, int64_t seq, int64_t batch, int64_t heads,
+                         int64_t kvHeads, int64_t headDim, bool causal, bool flash) {
+    if (flash)
+      return cpu::flashAttentionBackward(dq, dk, dv, q, k, v, y, stats, dy, seq, batch, heads,
+                                         kvHeads, headDim, causal);
+    cpu::attentionBackward(dq, dk, dv, q, k, v, stats, dy, seq, batch, heads, kvHeads, headDim,
+                           causal);
   }
   void geluForward(T *y, const T *x, int64_t n) { cpu::geluForward(y, x, n); }
   /// y = gelu(x + bias): the bias_add + gelu pair fused (OpFusion.h); on the CPU the two

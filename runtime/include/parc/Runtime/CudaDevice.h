@@ -105,6 +105,11 @@ public:
   }
   /// main[i] += part[i]: a parameter gradient an op wrote in T, added to the fp32 one.
   void accumulateGrad(Grad *main, const T *part, int64_t n);
+  /// dst[i] += src[i] on fp32 gradients: a reduced bucket into the owned shard.
+  void addGrads(Grad *dst, const Grad *src, int64_t n) {
+    if (n > 0)
+      cuda::residualAddForward(dst, dst, src, n, stream());
+  }
   void uploadIds(int64_t *dst, const int64_t *src, int64_t n);
   /// Rounded to float on the host, then to T on the device.
   void upload(T *dst, const double *src, int64_t n);
@@ -191,19 +196,28 @@ public:
                     double theta) {
     cuda::ropeBackward(dx, dy, seq, batch, heads, headDim, theta, stream());
   }
-  void attentionForward(T *y, const T *q, const T *k, const T *v, int64_t seq, int64_t batch,
-                        int64_t heads, int64_t kvHeads, int64_t headDim, bool causal) {
+  /// The plan's attention: `stats` is allocated as the plan declares it (the row logsumexp
+  /// with `planFlash`, else the probabilities), so the memory held is the plan's, but the CUDA
+  /// kernels recompute what they need in the backward and leave it unused (docs/runtime.md).
+  /// The fused kernels run where the plan asks for FlashAttention, --attention allows it and
+  /// the shapes fit; otherwise the unfused path.
+  void attentionForward(T *y, T *stats, const T *q, const T *k, const T *v, int64_t seq,
+                        int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
+                        bool causal, bool planFlash) {
+    (void)stats;
     if constexpr (!std::is_same_v<T, float>)
-      if (flash && cuda::flashAttentionSupports(seq, headDim))
+      if (planFlash && flash && cuda::flashAttentionSupports(seq, headDim))
         return cuda::flashAttentionForward(y, q, k, v, seq, batch, heads, kvHeads, headDim, causal,
                                            stream());
     cuda::attentionForward(*blas, y, q, k, v, seq, batch, heads, kvHeads, headDim, causal);
   }
-  void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dy,
-                         int64_t seq, int64_t batch, int64_t heads, int64_t kvHeads,
-                         int64_t headDim, bool causal) {
+  void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *y,
+                         const T *stats, const T *dy, int64_t seq, int64_t batch, int64_t heads,
+                         int64_t kvHeads, int64_t headDim, bool causal, bool planFlash) {
+    (void)y;
+    (void)stats;
     if constexpr (!std::is_same_v<T, float>)
-      if (flash && cuda::flashAttentionSupports(seq, headDim))
+      if (planFlash && flash && cuda::flashAttentionSupports(seq, headDim))
         return cuda::flashAttentionBackward(dq, dk, dv, q, k, v, dy, seq, batch, heads, kvHeads,
                                             headDim, causal, stream());
     cuda::attentionBackward(*blas, dq, dk, dv, q, k, v, dy, seq, batch, heads, kvHeads, headDim,

@@ -15,9 +15,9 @@
 //    per output.
 //  * Every other output (activations and their gradients) is overwritten.
 //
-// Nothing is saved between a forward and its backward: the plan's backward ops receive only
-// the forward inputs, so layernorm and rmsnorm recompute their statistics and attention its
-// probabilities.
+// Nothing is saved between a forward and its backward but what the plan names: layernorm and
+// rmsnorm recompute their statistics; attention's forward writes its saved softmax (the
+// probabilities, or only their row logsumexp with FlashAttention) as a second output.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PARC_RUNTIME_KERNELS_H
@@ -124,19 +124,32 @@ template <typename T>
 void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
                   double theta);
 
-/// y = softmax(q k^T / sqrt(headDim) [+ causal mask]) v per (batch, query head); q and y are
-/// [seq, batch, heads*headDim], k and v [seq, batch, kvHeads*headDim], and query head h reads
-/// key/value head h / (heads / kvHeads) (grouped-query attention; kvHeads divides heads).
+/// y = P v with P = softmax(q k^T / sqrt(headDim) [+ causal mask]) per (batch, query head),
+/// standard (unfused) attention: P is written to `probs` [batch, heads, seq, seq] for the
+/// backward. q and y are [seq, batch, heads*headDim], k and v [seq, batch, kvHeads*headDim], and
+/// query head h reads key/value head h / (heads / kvHeads) (grouped-query attention).
 template <typename T>
-void attentionForward(T *y, const T *q, const T *k, const T *v, int64_t seq, int64_t batch,
-                      int64_t heads, int64_t kvHeads, int64_t headDim, bool causal);
-/// With P the recomputed probabilities and s = 1/sqrt(headDim): dv = P^T dy,
+void attentionForward(T *y, T *probs, const T *q, const T *k, const T *v, int64_t seq,
+                      int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim, bool causal);
+/// With P the forward's probabilities and s = 1/sqrt(headDim): dv = P^T dy,
 /// dS = P * (dy v^T - rowsum(P * dy v^T)), dq = s dS k, dk = s dS^T q; dk and dv sum over the
 /// query heads that share a key/value head. All three are overwritten.
 template <typename T>
-void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *dy,
-                       int64_t seq, int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
-                       bool causal);
+void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *probs,
+                       const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t kvHeads,
+                       int64_t headDim, bool causal);
+/// The same y, FlashAttention style (FlashAttention.cpp): the scores exist a tile at a time and
+/// only lse = log(sum_j exp(s_ij)) of every query row is kept, [batch, heads, seq].
+template <typename T>
+void flashAttentionForward(T *y, T *lse, const T *q, const T *k, const T *v, int64_t seq,
+                           int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
+                           bool causal);
+/// The gradients of the above from y and lse: P = exp(S - lse) recomputed per tile and
+/// rowsum(P * dP) = rowsum(dy * y); equal to attentionBackward's up to rounding.
+template <typename T>
+void flashAttentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *y,
+                            const T *lse, const T *dy, int64_t seq, int64_t batch, int64_t heads,
+                            int64_t kvHeads, int64_t headDim, bool causal);
 
 //===----------------------------------------------------------------------===//
 // Activations

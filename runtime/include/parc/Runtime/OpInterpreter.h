@@ -61,10 +61,12 @@ public:
 
   /// Runs `ops` of `chunk` on `env`, freeing after op i the names in freeAfter[i]. Errors
   /// (std::runtime_error, CommError) name the op: "forward[12] (matmul -> block.0.attn.q.mm)".
-  /// `afterOp(i)`, when given, runs once op i and its gradient accumulation are queued.
+  /// `afterOp(i)`, when given, runs once op i and its gradient accumulation are queued;
+  /// `beforeOp(i)` before op i reads its operands.
   void run(const plan::Chunk &chunk, bool backward, llvm::ArrayRef<plan::Op> ops,
            const std::vector<std::vector<std::string>> &freeAfter, ChunkEnv<T> &env,
-           llvm::function_ref<void(size_t)> afterOp = nullptr);
+           llvm::function_ref<void(size_t)> afterOp = nullptr,
+           llvm::function_ref<void(size_t)> beforeOp = nullptr);
 
   /// The value of the last cross_entropy op run, on the host.
   double lastLoss() const { return loss; }

@@ -7,17 +7,20 @@
 // ZeRO partitions come from the schedule: the params list of a reduce_scatter_grads,
 // all_gather_params or release_params instruction is flattened in list order, zero-padded to a
 // multiple of the group size g, and member i of the group owns elements [i*n'/g, (i+1)*n'/g).
-// The shards of a partition live in one padded buffer in that order, so the ZeRO collectives
-// run on it without copies: all_gather_params gathers in place, and under ZeRO-3, where the
-// whole buffer exists only between an all_gather_params and the next release_params, the owned
-// elements are kept in a buffer of their own meanwhile. A partitioned shard's optimizer state
-// covers only its owned range.
+// A partition's whole weights live in one padded buffer in that order, so its all_gather_params
+// runs in place. A partition named by a release_params (ZeRO-3) keeps only its owned elements,
+// in a buffer of their own; the whole buffer exists from an all_gather_params to the next
+// release_params. A partitioned shard's optimizer state covers only its owned range.
 //
-// Gradients are one contiguous buffer (Megatron's contiguous grad buffer): the partitions'
-// padded vectors first, then the other shards in plan order, so that the data-parallel
-// all-reduce of adjacent shards and the reduce-scatter of a partition run in place. They are
-// held whole during the backward, accumulate over all microbatches and are reduced once per
-// step.
+// Gradients of shards outside every partition are one contiguous buffer (Megatron's contiguous
+// grad buffer), in plan order, so that the data-parallel all-reduce of adjacent shards runs in
+// place; they are held whole for the whole run, accumulate over the microbatches and are
+// cleared by the optimizer step. A partition's whole gradient is allocated by the first op of
+// a step that writes one of its shards and released by its reduce_scatter_grads, which reduces
+// it in place and adds this member's part to the partition's owned gradient; that exists from
+// the first reduce_scatter_grads of a step to the optimizer step. So the schedule decides what
+// is held: one reduce-scatter after the last backward (ZeRO-1) keeps whole gradients through
+// the step, one after every backward (ZeRO-2) only the buckets being written.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PARC_RUNTIME_PARAMSTORE_H
@@ -49,7 +52,9 @@ public:
     /// The whole shard: in `storage`, or in its partition's buffer; null while ZeRO-3 has
     /// released it.
     T *value = nullptr;
-    Grad *grad = nullptr;   // this shard's part of the gradient buffer
+    /// The whole shard's gradient: in the contiguous buffer, or in its partition's while that
+    /// is allocated (null otherwise).
+    Grad *grad = nullptr;
     Buffer<T> storage;      // an unpartitioned shard's values
     int64_t partition = -1; // index into partitions(), -1 when not partitioned
     int64_t flatOffset = 0; // first element of this shard in the partition's flat vector
@@ -69,9 +74,10 @@ public:
     int64_t elements = 0;  // n, before padding
     int64_t perMember = 0; // n' / g
     bool zero3 = false;    // some release_params names it
-    Buffer<T> weights;     // the n' gathered values; ZeRO-3 frees it between computes
-    Buffer<T> owned;       // ZeRO-3: this member's perMember values while released
-    Grad *grads = nullptr; // the n' gradients, in the gradient buffer
+    Buffer<T> weights;     // the n' gathered values; ZeRO-3 frees it outside its computes
+    Buffer<T> owned;       // ZeRO-3: this member's perMember values, always held
+    Buffer<Grad> grads;    // the n' whole gradients, from their first write to the reduction
+    Buffer<Grad> ownedGrads; // this member's reduced perMember gradients, until the update
 
     int64_t ownedLo() const { return position * perMember; }
     int64_t ownedHi() const { return ownedLo() + perMember; }
@@ -83,8 +89,8 @@ public:
   /// Derives the ZeRO partitions from the schedule; fails when two instructions partition a
   /// parameter differently.
   llvm::Error buildPartitions();
-  /// Fills every shard from (seed, name, global index) and allocates the gradients. ZeRO-3
-  /// partitions start released, as they are between steps.
+  /// Fills every shard from (seed, name, global index) and allocates the unpartitioned
+  /// gradients. ZeRO-3 partitions start released, as they are between steps.
   void initialize(uint64_t seed);
 
   std::vector<Param> &all() { return params; }
@@ -94,6 +100,8 @@ public:
   Param *find(llvm::StringRef name);
   /// The parameter whose gradient is called `gradName` ("x.grad" -> x), or null.
   Param *gradOwner(llvm::StringRef gradName);
+  /// Where an op writes `param`'s whole gradient: allocates its partition's on first use.
+  Grad *writableGrad(Param &param);
 
   // The schedule's parameter and gradient collectives.
   void allReduceGrads(Communicator &comm, const plan::Instr &instr);
@@ -102,11 +110,14 @@ public:
   void releaseParams(const plan::Instr &instr);
   /// Gathers every released partition so that every shard is whole (before dumping weights).
   void gatherAll(Communicator &comm);
+  /// After the update (or a skipped step): zero the held gradients, release the owned ones.
   void clearGrads();
 
   /// Where the optimizer updates the owned range: in the shard, or in the owned buffer of a
   /// released partition.
   T *ownedWeights(Param &param);
+  /// The gradient of the owned range (what the optimizer reads); null when nothing wrote it.
+  Grad *ownedGrad(Param &param);
   /// A zeroed buffer counted as optimizer state.
   Buffer<OptState> optimizerBuffer(size_t count) {
     return Buffer<OptState>(memory, MemoryCategory::Optimizer, count);
@@ -119,6 +130,10 @@ private:
   void gather(Communicator &comm, Partition &partition);
   void release(Partition &partition);
   void pointInto(Partition &partition);
+  void pointGradsInto(Partition &partition);
+  /// The part of `param`'s gradient this rank holds now: the whole shard before its
+  /// partition's reduce-scatter, the owned range after it.
+  std::pair<Grad *, int64_t> heldGrad(Param &param);
 
   const plan::RankPlan &plan;
   D &dev;
@@ -126,7 +141,7 @@ private:
   std::vector<Param> params;
   llvm::StringMap<size_t> byName;
   std::vector<Partition> parts;
-  Buffer<Grad> gradStorage;
+  Buffer<Grad> gradStorage; // the unpartitioned shards' gradients
 };
 
 extern template class ParamStore<CpuDevice<float>>;

@@ -23,6 +23,7 @@
 #include "parc/Runtime/OpInterpreter.h"
 #include "parc/Runtime/Optimizer.h"
 #include "parc/Runtime/ParamStore.h"
+#include "parc/Runtime/WithinPlacement.h"
 
 #include <map>
 #include <utility>
@@ -71,9 +72,13 @@ private:
   using Key = std::pair<int64_t, int64_t>; // (chunk, microbatch)
 
   void runInstr(size_t index, int64_t step);
+  /// The ZeRO instruction at `index`, which may also run inside a compute.
+  void runParamInstr(size_t index);
+  /// Runs the op list of the compute at schedule[index] with the instructions within it.
+  void runOps(const plan::Chunk &chunk, bool backward, size_t index, ChunkEnv<T> &env);
   void runTransfers(llvm::ArrayRef<plan::Instr> run);
   void loadBatch(int64_t microbatch, int64_t step);
-  void forward(int64_t chunk, int64_t microbatch);
+  void forward(int64_t chunk, int64_t microbatch, size_t index);
   void backward(int64_t chunk, int64_t microbatch, size_t index);
   /// Counts the update, skips an overflowed step, or stops the run.
   void afterOptimizer(int64_t step);
@@ -91,6 +96,7 @@ private:
   const TokenStream &data;
   OpInterpreter<D> interpreter;
   GradSyncOverlap<D> gradSyncOverlap;
+  WithinPlacement within;
   std::vector<ChunkLiveness> liveness;
   std::vector<int64_t> worldRanks;
   std::map<Key, ChunkEnv<T>> envs;
