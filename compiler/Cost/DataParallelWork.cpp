@@ -16,6 +16,7 @@
 #include "parc/Cost/GPUModel.h"
 #include "parc/Cost/MemoryModel.h"
 #include "parc/Cost/StageWork.h"
+#include "parc/Cost/ZeroPolicy.h"
 
 #include <algorithm>
 
@@ -45,7 +46,7 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
                          WorkTable &table) {
   const ParallelSpec &par = program.parallel;
   const ModelSpec &model = program.model;
-  const int zero = mapping.dp > 1 ? par.zero : 0;
+  const ZeroPolicy policy = zeroPolicy(par, mapping.dp); // ZeroPolicy.h decides what moves
   const double weightBytes = double(bytesPerElement(model.dtype));
   const double gradBytes = double(bytesPerElement(program.train.gradDtype));
   const GroupGeometry &dp = table.dp;
@@ -55,11 +56,11 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
     const double gather = perLayer(&CommModel::allGather, comm, w.params * weightBytes, dp, layers);
     const double scatter =
         perLayer(&CommModel::reduceScatter, comm, w.params * gradBytes, dp, layers);
-    if (zero == 3) {
+    if (policy.gathersWeightsAroundUse()) {
       w.forward.zero = prefetched(gather, w.forward.compute(), layers);
       w.backward.zero = prefetched(gather + scatter,
                                    w.backward.compute() + w.recompute.compute(), layers);
-    } else if (zero == 2) {
+    } else if (policy.gradReduction() == GradReduction::ReduceScatterPerMicrobatch) {
       w.backward.zero = par.overlapGradReduce
                             ? prefetched(scatter, w.backward.compute(), layers)
                             : scatter;
@@ -74,13 +75,14 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
     StageWork &stage = table.stages[size_t(s)];
     table.forEachChunk(s, [&](const VirtualStageWork &w) { stage.params += w.params; });
     const double grads = stage.params * gradBytes, weights = stage.params * weightBytes;
-    if (zero == 0)
+    if (policy.gradReduction() == GradReduction::AllReducePerStep)
       stage.gradSync = comm.allReduce(grads, dp);
-    else if (zero == 1)
+    else if (policy.gradReduction() == GradReduction::ReduceScatterPerStep)
       stage.gradSync = comm.reduceScatter(grads, dp);
-    if (zero == 1 || zero == 2)
+    if (policy.gathersWeightsAfterStep())
       stage.paramGather = comm.allGather(weights, dp);
-    const double shard = zero >= 1 ? stage.params / double(mapping.dp) : stage.params;
+    const double shard =
+        policy.shardsOptimizer() ? stage.params / double(mapping.dp) : stage.params;
     stage.optimizer = gpu.memorySeconds(optimizerBytes * shard, 4);
     const bool embeddingStage = s == 0 || s == pp - 1;
     if (model.tiedHead() && pp > 1 && embeddingStage) {

@@ -27,7 +27,9 @@ std::string breakdown(const Program &program, const Mapping &mapping, const Stag
      << m.blocks << " transformer blocks) holds weights " << formatBytes(m.weights)
      << ", gradients " << formatBytes(m.grads) << ", optimizer state " << formatBytes(m.optimizer);
   if (m.gathered > 0)
-    os << ", zero-3 gathered layer " << formatBytes(m.gathered);
+    os << ", zero-3 gathered buckets " << formatBytes(m.gathered);
+  if (m.gradBuffers > 0)
+    os << ", gradient buffers " << formatBytes(m.gradBuffers);
   os << ", activations " << formatBytes(m.activations) << " (";
   if (program.parallel.schedule == ScheduleKind::Interleaved)
     os << m.inFlight << " chunk forward passes in flight";

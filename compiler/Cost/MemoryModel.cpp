@@ -119,33 +119,6 @@ StateBytesPerParam stateBytesPerParam(const Program &program) {
   return b;
 }
 
-double blockActivationBytes(const ModelSpec &model, const LayerGroup &block, int64_t microBatch,
-                            int64_t tp, Recompute recompute, bool sequenceParallel) {
-  const double s = double(model.seq), b = double(microBatch), h = double(model.hidden);
-  const double t = double(tp), e = double(bytesPerElement(model.dtype));
-  const double d = double(headDim(model, block));
-  const double q = double(block.heads) * d, kv = double(block.kvHeads) * d;
-  const double f = double(block.ffn), a = double(block.heads);
-  const double sb = s * b;
-
-  if (recompute == Recompute::Full)
-    return e * sb * h; // only the block's input survives the forward
-
-  // Replicated across tp unless the sequence is split: the inputs of both norms, the inputs of
-  // attention and MLP (the norms' outputs) and the two 1-byte dropout masks. 10sbh in 16 bits.
-  double perSequence = e * 4 * sb * h + 2 * sb * h;
-  // Always split by tp: Q, K, V, the attention output feeding the projection, and the MLP's
-  // intermediate activations (GeLU: its input and output; SwiGLU: gate and up, then product).
-  double split = e * sb * (q + 2 * kv + q);
-  split += isGated(block.mlp) ? e * 3 * sb * f : e * 2 * sb * f;
-  // The attention core: softmax output, its dropout mask and the dropout output, per head.
-  // Selective recompute rebuilds exactly this part in the backward.
-  double core = recompute == Recompute::Selective ? 0 : a * s * s * b * (e + 1 + e);
-  if (sequenceParallel)
-    return (perSequence + split + core) / t;
-  return perSequence + (split + core) / t;
-}
-
 std::vector<int64_t> microbatchesInFlight(ScheduleKind schedule, int64_t pp, int64_t stage,
                                           int64_t microbatches, int64_t chunks) {
   if (schedule == ScheduleKind::GPipe)
@@ -175,90 +148,129 @@ const StageMemory &MemoryEstimate::worst() const {
 }
 
 namespace {
-/// The activations around the transformer blocks of one microbatch (Korthikanti et al. 2022,
-/// section 4.3): the embedding's dropout mask on the first stage; on the last the final norm's
-/// and the head's inputs and the fp32 logits the cross entropy keeps.
-double embeddingActivationBytes(const ModelSpec &model, int64_t microBatch, int64_t tp,
-                                bool sequenceParallel) {
-  double mask = double(model.seq) * double(microBatch) * double(model.hidden);
-  return sequenceParallel ? mask / double(tp) : mask;
+
+/// The largest parameter gradient an op of the stage writes through a scratch copy because it
+/// cannot add in place: under mixed precision every one (so the largest parameter), else only
+/// the sum of a key/value head shared by several tp ranks (one head's projection).
+int64_t largestScratchGradient(const Program &program, const Mapping &mapping,
+                               const std::vector<ParamUnit> &units) {
+  const ModelSpec &model = program.model;
+  const bool mixed = program.train.gradDtype != model.dtype;
+  int64_t largest = 0;
+  for (const ParamUnit &unit : units) {
+    if (unit.kind != ParamUnitKind::Block) {
+      largest = std::max(largest, mixed ? unit.elements : 0);
+      continue;
+    }
+    const LayerGroup &block = model.blockGroup(unit.block);
+    int64_t d = headDim(model, block);
+    if (mixed)
+      largest = std::max(largest, model.hidden * std::max(block.heads * d, block.ffn) / mapping.tp);
+    else if (block.kvHeads < mapping.tp)
+      largest = std::max(largest, model.hidden * d);
+  }
+  return largest;
 }
 
-double outputActivationBytes(const ModelSpec &model, int64_t paddedVocab, int64_t microBatch,
-                             int64_t tp, bool sequenceParallel) {
-  const double sb = double(model.seq) * double(microBatch), t = double(tp);
-  double inputs = 2 * double(bytesPerElement(model.dtype)) * sb * double(model.hidden);
-  if (sequenceParallel)
-    inputs /= t;
-  return inputs + 4 * sb * double(paddedVocab) / t;
+/// Elements of the replicated parameters whose gradients are partial over tp under sequence
+/// parallelism (norms, row-parallel biases): the step-end all-reduce sums them in a copy.
+int64_t tpPartialElements(const ModelSpec &model, const Program &program,
+                          const std::vector<ParamUnit> &units) {
+  if (!program.parallel.sequenceParallel)
+    return 0;
+  int64_t n = 0;
+  for (const ParamUnit &unit : units) {
+    if (unit.kind == ParamUnitKind::Block)
+      n += blockParams(model, model.blockGroup(unit.block)).replicated;
+    else if (unit.kind == ParamUnitKind::FinalNorm)
+      n += unit.elements;
+  }
+  return n;
 }
+
+/// Weights, gradients and optimizer state of one stage under `policy`, with the transient
+/// buffers: ZeRO-3's gathered buckets, the whole gradient buckets of ZeRO 1 to 3 and the
+/// copies the gradient collectives and ops write through.
+void addModelStates(const Program &program, const Mapping &mapping, const ZeroPolicy &policy,
+                    int64_t stage, StageMemory &m) {
+  const ModelSpec &model = program.model;
+  const StateBytesPerParam perParam = stateBytesPerParam(program);
+  const double elementBytes = double(bytesPerElement(model.dtype));
+  const bool tiedOnOneChunk = model.tiedHead() && mapping.pp * mapping.chunks == 1;
+  std::vector<ParamUnit> all;
+  double owned = 0, padded = 0, largestUse = 0;
+  std::vector<std::pair<double, double>> reductions; // (padded, owned) in reduce-scatter order
+  for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
+    std::vector<ParamUnit> units = virtualStageUnits(model, mapping, chunk * mapping.pp + stage);
+    all.insert(all.end(), units.begin(), units.end());
+    double word = 0, other = 0;
+    for (const ZeroBucket &bucket : policy.buckets(units)) {
+      double whole = double(bucket.padded(policy.dp));
+      owned += double(bucket.perMember);
+      padded += whole;
+      reductions.push_back({whole, double(bucket.perMember)});
+      // A tied head on the embedding's chunk reads the word embedding at both ends of the
+      // forward and writes its gradient at both ends of the backward: that bucket stays whole
+      // while each other bucket is used.
+      bool isWord = units[bucket.first].kind == ParamUnitKind::WordEmbedding;
+      double &slot = isWord && tiedOnOneChunk ? word : other;
+      slot = std::max(slot, whole);
+    }
+    largestUse = std::max(largestUse, word + other);
+  }
+  for (const ParamUnit &unit : all)
+    m.paramsPerRank += unit.elements;
+  const double n = double(m.paramsPerRank);
+  const double opScratch = double(largestScratchGradient(program, mapping, all)) * elementBytes;
+  const double tpScratch = double(tpPartialElements(model, program, all)) * perParam.grad;
+
+  if (!policy.partitioned()) {
+    m.weights = n * perParam.weight;
+    m.grads = n * perParam.grad;
+    m.optimizer = n * perParam.optimizer;
+    m.gradBuffers = std::max(opScratch, tpScratch);
+    return;
+  }
+  m.optimizer = owned * perParam.optimizer;
+  m.weights = (policy.shardsWeights() ? owned : padded) * perParam.weight;
+  if (policy.shardsWeights())
+    m.gathered = largestUse * perParam.weight;
+  if (!policy.shardsGrads()) {
+    // Whole buckets through the step; each reduce-scatter adds its owned shard before it
+    // releases the whole bucket.
+    double peak = padded, whole = padded, shards = 0;
+    for (auto [bucketWhole, bucketOwned] : reductions) {
+      shards += bucketOwned;
+      peak = std::max(peak, whole + shards);
+      whole -= bucketWhole;
+    }
+    m.grads = padded * perParam.grad;
+    m.gradBuffers = std::max((peak - padded) * perParam.grad + opScratch, tpScratch);
+    return;
+  }
+  m.grads = owned * perParam.grad;
+  m.gradBuffers = std::max(largestUse * perParam.grad + opScratch, tpScratch);
+}
+
 } // namespace
 
 MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
-  const ModelSpec &model = program.model;
   const ParallelSpec &par = program.parallel;
-  const int64_t tp = mapping.tp, pp = mapping.pp, dp = mapping.dp;
-  const int64_t mb = mapping.microBatch;
-  const StateBytesPerParam perParam = stateBytesPerParam(program);
-  const int zero = par.zero;
-
+  const ZeroPolicy policy = zeroPolicy(par, mapping.dp);
   MemoryEstimate est;
   est.gpuMemory = program.cluster.gpuMemory;
-  for (int64_t stage = 0; stage < pp; ++stage) {
+  for (int64_t stage = 0; stage < mapping.pp; ++stage) {
     StageMemory m;
     m.stage = stage;
     std::vector<int64_t> inFlight =
-        microbatchesInFlight(par.schedule, pp, stage, mapping.microbatches, mapping.chunks);
-    int64_t params = 0, largestLayer = 0;
-    double transient = 0;
-    auto addLayer = [&](const ParamCount &p) {
-      params += p.perRank(tp);
-      largestLayer = std::max(largestLayer, p.perRank(tp));
-    };
-
+        microbatchesInFlight(par.schedule, mapping.pp, stage, mapping.microbatches, mapping.chunks);
     for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
       auto [first, last] = mapping.partition.range(stage, chunk);
-      double chunkActivations = 0;
-      for (int64_t i = first; i < last; ++i) {
-        const LayerGroup &block = model.blockGroup(i);
-        addLayer(blockParams(model, block));
-        double kept =
-            blockActivationBytes(model, block, mb, tp, par.recompute, par.sequenceParallel);
-        chunkActivations += kept;
-        // Recompute rematerialises one block's full activations during its backward.
-        double full =
-            blockActivationBytes(model, block, mb, tp, Recompute::None, par.sequenceParallel);
-        transient = std::max(transient, full - kept);
-      }
       m.blocks += last - first;
-      m.activations += double(inFlight[size_t(chunk)]) * chunkActivations;
       m.inFlight += inFlight[size_t(chunk)];
     }
-    m.activations += transient;
-
-    if (stage == 0) {
-      addLayer(embeddingParams(model, mapping.paddedVocab));
-      m.activations +=
-          double(inFlight.front()) * embeddingActivationBytes(model, mb, tp, par.sequenceParallel);
-    }
-    if (stage == pp - 1) {
-      addLayer(finalNormParams(model));
-      // A tied head reuses the embedding's matrix only when both live on the same stage;
-      // otherwise the last stage keeps a copy, synchronised over the embedding group.
-      if (!model.tiedHead() || pp > 1)
-        addLayer(headParams(model, mapping.paddedVocab));
-      m.activations +=
-          double(inFlight.back()) *
-          outputActivationBytes(model, mapping.paddedVocab, mb, tp, par.sequenceParallel);
-    }
-
-    m.paramsPerRank = params;
-    const double n = double(params), shards = double(dp);
-    m.weights = n * perParam.weight / (zero >= 3 ? shards : 1);
-    m.grads = n * perParam.grad / (zero >= 2 ? shards : 1);
-    m.optimizer = n * perParam.optimizer / (zero >= 1 ? shards : 1);
-    if (zero >= 3 && dp > 1)
-      m.gathered = double(largestLayer) * perParam.weight;
+    addModelStates(program, mapping, policy, stage, m);
+    m.activations = stageActivationBytes(program, mapping, stage, inFlight);
     m.reserve = double(program.cluster.gpuReserve);
     est.stages.push_back(m);
   }

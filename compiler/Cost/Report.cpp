@@ -5,6 +5,7 @@
 #include "parc/Support/TextTable.h"
 #include "parc/Support/Units.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Format.h"
 
 #include <cmath>
@@ -161,8 +162,11 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
   }
   printTable(os, rows, "lrrll");
 
+  // Megatron counts the padded vocabulary; the real model is the unpadded count.
   os << "\nmodel: " << paramCount(double(totalParams(model, mapping.paddedVocab)))
-     << " parameters (vocab " << model.vocab << " padded to " << mapping.paddedVocab << "), "
+     << " parameters, " << paramCount(double(totalParams(model, model.vocab)))
+     << " without the padding (vocab " << model.vocab << " padded to " << mapping.paddedVocab
+     << "), "
      << mapping.globalBatch << " sequences of " << model.seq << " tokens per step\n";
   os << "pipeline: " << mapping.microbatches << " microbatches of " << mapping.microBatch
      << " per step, schedule " << par.scheduleText() << ", bubble fraction "
@@ -172,10 +176,16 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
      << formatQuantity(double(memory.gpuMemory), Dimension::size()) << ", zero " << par.zero
      << ", recompute " << toString(par.recompute)
      << (par.sequenceParallel ? ", sequence parallel" : "") << "):\n";
-  bool zero3 = par.zero >= 3 && mapping.dp > 1;
+  // The transient columns appear where some stage has them (ZeroPolicy.h, MemoryModel.h).
+  bool zero3 = zeroPolicy(par, mapping.dp).shardsWeights();
+  bool gradBuffers = llvm::any_of(memory.stages, [](const StageMemory &m) {
+    return m.gradBuffers > 0;
+  });
   std::vector<std::string> header = {"stage", "blocks", "weights", "grads", "optimizer"};
   if (zero3)
     header.push_back("gathered");
+  if (gradBuffers)
+    header.push_back("grad buffers");
   for (const char *h : {"activations", "reserve", "total", "of GPU", "model states"})
     header.push_back(h);
   rows = {header};
@@ -185,6 +195,8 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
                                     formatBytes(m.optimizer)};
     if (zero3)
       row.push_back(formatBytes(m.gathered));
+    if (gradBuffers)
+      row.push_back(formatBytes(m.gradBuffers));
     row.push_back(formatBytes(m.activations));
     row.push_back(formatBytes(m.reserve));
     row.push_back(formatBytes(m.total()));
@@ -245,6 +257,7 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
         {"grads", bytes(m.grads)},
         {"optimizer", bytes(m.optimizer)},
         {"gathered", bytes(m.gathered)},
+        {"grad_buffers", bytes(m.gradBuffers)},
         {"activations", bytes(m.activations)},
         {"reserve", bytes(m.reserve)},
         {"model_states", bytes(m.modelStates())},
@@ -281,6 +294,7 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
       {"microbatches", mapping.microbatches},
       {"bubble_fraction", cost.bubbleFraction},
       {"params", totalParams(program.model, mapping.paddedVocab)},
+      {"params_unpadded", totalParams(program.model, program.model.vocab)},
       {"padded_vocab", mapping.paddedVocab},
       {"groups", std::move(groups)},
       {"links", std::move(links)},

@@ -144,8 +144,10 @@ private:
   void headBackward(const std::string &y);
   /// The first row of the vocabulary this rank's embedding and head shards hold.
   int64_t vocabOffset() const { return tpRank * (job.paddedVocab / job.tp); }
+  /// The loss sees the vocabulary's real entries only: the padding's logits are left out.
   Attrs lossAttrs() const {
     Attrs attrs = groupAttrs(plan::Group::TP);
+    attrs["vocab"] = job.program.model.vocab;
     attrs["vocab_offset"] = vocabOffset();
     return attrs;
   }

@@ -110,8 +110,9 @@ struct ScheduleInputs {
   const std::vector<int64_t> *ppGroup = nullptr;
   /// Parameter names per chunk, in the chunk's order.
   std::vector<std::vector<std::string>> chunkParams;
-  /// The ZeRO units of each chunk (LoweredChunk::units).
+  /// The ZeRO units and the op lists of each chunk (LoweredChunk).
   std::vector<const std::vector<LoweredUnit> *> chunkUnits;
+  std::vector<const plan::Chunk *> chunks;
   std::vector<std::string> tpPartialGrads;
   /// The chunk that reads the batch (embedding or head), or -1.
   int64_t batchChunk = -1;

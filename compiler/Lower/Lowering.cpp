@@ -119,7 +119,8 @@ public:
     plan.localRank = layout.localRankOf(rank);
     plan.coords = plan::Coords{coords.tp, coords.pp, coords.dp};
     const StageMemory &stage = memory.stages[size_t(coords.pp)];
-    plan.predictedMemory = {std::llround(stage.weights + stage.gathered), std::llround(stage.grads),
+    plan.predictedMemory = {std::llround(stage.weights + stage.gathered),
+                            std::llround(stage.grads + stage.gradBuffers),
                             std::llround(stage.optimizer), std::llround(stage.activations),
                             std::llround(stage.reserve)};
     plan.groups.tp = layout.tpGroup(rank);
@@ -143,6 +144,7 @@ public:
       for (const plan::ParamShard &shard : lowered.params)
         names.push_back(shard.name);
       inputs.chunkUnits.push_back(&lowered.units);
+      inputs.chunks.push_back(&lowered.chunk);
       inputs.tpPartialGrads.insert(inputs.tpPartialGrads.end(), lowered.tpPartialGrads.begin(),
                                    lowered.tpPartialGrads.end());
       if (lowered.chunk.hasEmbedding || lowered.chunk.hasHead)

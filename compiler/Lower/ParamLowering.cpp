@@ -149,12 +149,21 @@ private:
   std::vector<plan::ParamShard> &out;
 };
 
+/// The rows past the vocabulary (Megatron's padding to 128 x tp) start at zero; the loss
+/// leaves their logits out, so they get no gradient and the model does not depend on tp.
+plan::Init vocabInit(const Job &job) {
+  plan::Init init = ShardBuilder::normal(InitStd);
+  if (job.program.model.vocab < job.paddedVocab)
+    init.rows = job.program.model.vocab;
+  return init;
+}
+
 void addWordEmbedding(const Job &job, int64_t tpRank, bool countsInGradNorm,
                       std::vector<plan::ParamShard> &out) {
   int64_t rows = job.paddedVocab / job.tp;
   ShardBuilder(job, tpRank, out)
       .split(WordEmbedding.str(), {job.paddedVocab, job.hidden}, plan::ShardKind::Vocab,
-             tpRank * rows, rows, ShardBuilder::normal(InitStd), countsInGradNorm);
+             tpRank * rows, rows, vocabInit(job), countsInGradNorm);
 }
 
 } // namespace
@@ -198,7 +207,7 @@ void addHeadParams(const Job &job, int64_t tpRank, bool ownsEmbedding,
     int64_t rows = job.paddedVocab / job.tp;
     ShardBuilder(job, tpRank, out)
         .split(HeadWeight.str(), {job.paddedVocab, job.hidden}, plan::ShardKind::Vocab,
-               tpRank * rows, rows, ShardBuilder::normal(InitStd));
+               tpRank * rows, rows, vocabInit(job));
   } else if (!ownsEmbedding) {
     // Megatron's word_embeddings copy on the last stage: same name, so it initialises like
     // the original; the embedding-group all-reduce keeps the two in step, and only the

@@ -19,6 +19,8 @@
 //===----------------------------------------------------------------------===//
 #include "LowerInternal.h"
 
+#include "llvm/ADT/STLExtras.h"
+
 namespace parc::lower {
 
 namespace {
@@ -57,6 +59,16 @@ std::vector<std::vector<std::string>> bucketLists(const ZeroPolicy &policy,
   }
   return lists;
 }
+
+/// Whether an op of `ops` reads one of `params`: ZeRO-3 gathers a bucket only for computes
+/// that read it (the embedding's backward, say, reads no weight).
+bool reads(llvm::ArrayRef<plan::Op> ops, const std::vector<std::string> &params) {
+  for (const plan::Op &op : ops)
+    for (const std::string &input : op.inputs)
+      if (llvm::is_contained(params, input))
+        return true;
+  return false;
+}
 } // namespace
 
 std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
@@ -81,13 +93,18 @@ std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
     if (forward && op.chunk == in.batchChunk)
       out.push_back(plan::Instr::loadBatch(op.microbatch));
     const std::vector<std::vector<std::string>> &chunkBuckets = buckets[size_t(op.chunk)];
-    if (aroundUse)
-      for (const std::vector<std::string> &bucket : chunkBuckets)
-        out.push_back(plan::Instr::allGatherParams(plan::Group::DP, bucket, /*within=*/true));
+    const plan::Chunk &chunk = *in.chunks[size_t(op.chunk)];
+    llvm::ArrayRef<plan::Op> ops = forward ? chunk.forward : chunk.backward;
+    std::vector<char> gathered(chunkBuckets.size(), false);
+    for (size_t b = 0; b < chunkBuckets.size() && aroundUse; ++b)
+      if ((gathered[b] = reads(ops, chunkBuckets[b])))
+        out.push_back(
+            plan::Instr::allGatherParams(plan::Group::DP, chunkBuckets[b], /*within=*/true));
     out.push_back(plan::Instr::compute(
         forward ? plan::InstrKind::Forward : plan::InstrKind::Backward, op.chunk, op.microbatch));
-    for (const std::vector<std::string> &bucket : chunkBuckets) {
-      if (aroundUse)
+    for (size_t b = 0; b < chunkBuckets.size(); ++b) {
+      const std::vector<std::string> &bucket = chunkBuckets[b];
+      if (gathered[b])
         out.push_back(plan::Instr::releaseParams(bucket, /*within=*/true));
       if (perMicrobatch && !forward)
         out.push_back(plan::Instr::gradCollective(plan::InstrKind::ReduceScatterGrads,

@@ -143,7 +143,8 @@ constexpr AttrSpec attentionAttrs[] = {{"causal", AttrType::Bool},
 constexpr AttrSpec dimAttrs[] = {{"dim", AttrType::Int}};
 constexpr AttrSpec groupAttrs[] = {{"group", AttrType::Group}};
 constexpr AttrSpec groupDimAttrs[] = {{"group", AttrType::Group}, {"dim", AttrType::Int}};
-constexpr AttrSpec lossAttrs[] = {{"group", AttrType::Group}, {"vocab_offset", AttrType::Int}};
+constexpr AttrSpec lossAttrs[] = {
+    {"group", AttrType::Group}, {"vocab", AttrType::Int}, {"vocab_offset", AttrType::Int}};
 
 constexpr int many = OpInfo::AtLeastTwo;
 } // namespace

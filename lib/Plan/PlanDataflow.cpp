@@ -118,6 +118,11 @@ void ChunkFlow::checkAttrs(const Op &op, llvm::function_ref<std::string()> opPat
       Group group = op.groupAttr(name);
       if (plan.groups.get(group).empty())
         ctx.fail(attrPath(), "this rank is in no '" + spelling(group) + "' group");
+    } else if (name == "vocab") {
+      int64_t vocab = op.intAttr(name);
+      if (vocab < 1 || vocab > plan.model.paddedVocab)
+        ctx.fail(attrPath(), Twine(vocab) + " is not a vocabulary size within the padded " +
+                                 "vocabulary of " + Twine(plan.model.paddedVocab));
     } else if (name == "vocab_offset") {
       int64_t offset = op.intAttr(name);
       if (offset < 0 || offset >= plan.model.paddedVocab)

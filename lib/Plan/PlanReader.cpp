@@ -175,8 +175,10 @@ bool readParam(ReadContext &ctx, const json::Value &value, const std::string &pa
   r.readEnum("dtype", "dtype", p.dtype);
   r.readEnum("kind", "shard kind", p.kind);
   ObjectReader init = child(r, "init");
-  if (init.readEnum("kind", "init kind", p.init.kind) && p.init.kind == InitKind::Normal)
+  if (init.readEnum("kind", "init kind", p.init.kind) && p.init.kind == InitKind::Normal) {
     init.read("std", p.init.std);
+    init.read("rows", p.init.rows);
+  }
   init.finish();
   r.read("counts_in_grad_norm", p.countsInGradNorm);
   return r.finish();

@@ -317,8 +317,10 @@ void param(JSONWriter &json, const ParamShard &p) {
     json.attribute("dtype", p.dtype);
     json.attributeObject("init", [&] {
       json.attribute("kind", p.init.kind);
-      if (p.init.kind == InitKind::Normal)
+      if (p.init.kind == InitKind::Normal) {
+        json.attribute("rows", p.init.rows);
         json.attribute("std", p.init.std);
+      }
     });
     json.attribute("kind", p.kind);
     json.attribute("name", p.name);

@@ -314,6 +314,11 @@ void checkParams(ReadContext &ctx, const RankPlan &plan) {
         !(param.init.std > 0 && std::isfinite(param.init.std)))
       ctx.fail(fieldPath(path(), "init.std"),
                "must be positive, got " + numberText(param.init.std));
+    if (param.init.kind == InitKind::Normal &&
+        (param.init.rows < 0 || (!param.shape.empty() && param.init.rows > param.shape[0])))
+      ctx.fail(fieldPath(path(), "init.rows"),
+               "must be between 0 (all) and the " + Twine(param.shape.empty() ? 0 : param.shape[0]) +
+                   " rows of dim 0, got " + Twine(param.init.rows));
   }
 }
 

@@ -116,8 +116,10 @@ json::Object paramJSON(const ParamShard &p) {
   for (const Slice &s : p.slice)
     slice.push_back(json::Object{{"offset", s.offset}, {"size", s.size}});
   json::Object init{{"kind", enumValue(p.init.kind)}};
-  if (p.init.kind == InitKind::Normal)
+  if (p.init.kind == InitKind::Normal) {
     init["std"] = p.init.std;
+    init["rows"] = p.init.rows;
+  }
   return json::Object{{"name", p.name},
                       {"shape", intList(p.shape)},
                       {"slice", std::move(slice)},

@@ -11,8 +11,12 @@
 #include "CudaRun.h"
 #endif
 
+#include "parc/Support/FileOutput.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
 
 #include <array>
 #include <cmath>
@@ -170,6 +174,32 @@ void printMemory(llvm::ArrayRef<std::string> encoded, const RunOptions &options,
     out << "\n";
   }
   out.flush();
+}
+
+void writeMemoryJson(llvm::ArrayRef<std::string> encoded, const RunOptions &options) {
+  static constexpr const char *columns[] = {"weights", "grads", "optimizer", "activations",
+                                            "total"};
+  llvm::json::Array ranks;
+  for (size_t r = 0; r < encoded.size(); ++r) {
+    MemoryRow row = MemoryRow::decode(encoded[r]);
+    llvm::json::Object held, predicted;
+    for (size_t c = 0; c < MemoryRow::Columns; ++c) {
+      held[columns[c]] = row.held[c];
+      predicted[columns[c]] = row.predicted[c];
+    }
+    ranks.push_back(llvm::json::Object{{"rank", int64_t(r)},
+                                       {"stage", row.stage},
+                                       {"held", std::move(held)},
+                                       {"predicted", std::move(predicted)}});
+  }
+  llvm::json::Object report{{"format", "parrun-memory/1"},
+                            {"precision", spelling(options.precision)},
+                            {"ranks", std::move(ranks)}};
+  if (llvm::Error error = writeFile(options.memoryJsonPath, [&](llvm::raw_ostream &os) {
+        os << llvm::formatv("{0:2}", llvm::json::Value(std::move(report))) << "\n";
+      }))
+    throw std::runtime_error("cannot write --memory-json file: " +
+                             llvm::toString(std::move(error)));
 }
 
 namespace {

@@ -156,13 +156,15 @@ template <typename D> void OpInterpreter<D>::executeLoss(Context &ctx) {
     opError("logits must be [seq, batch, vocab shard] and labels [batch, seq]");
   int64_t seq = logits.shape[0], batch = logits.shape[1], localVocab = logits.shape[2];
   int64_t rows = seq * batch, vocabOffset = op.intAttr("vocab_offset");
+  // The columns of this shard that are vocabulary; the padding's are left out of the softmax.
+  int64_t validVocab = std::clamp<int64_t>(op.intAttr("vocab") - vocabOffset, 0, localVocab);
 
   // The global row maximum and sum of exponentials over every shard of the vocabulary.
   Buffer<Stat> rowMax(memory, MemoryCategory::Activations, size_t(rows));
   Buffer<Stat> rowSum(memory, MemoryCategory::Activations, size_t(rows));
-  dev.crossEntropyRowMax(rowMax.data(), logits.data, rows, localVocab);
+  dev.crossEntropyRowMax(rowMax.data(), logits.data, rows, localVocab, validVocab);
   comm.allReduce(ranks, rowMax.data(), size_t(rows), ReduceOp::Max);
-  dev.crossEntropySumExp(rowSum.data(), logits.data, rowMax.data(), rows, localVocab);
+  dev.crossEntropySumExp(rowSum.data(), logits.data, rowMax.data(), rows, localVocab, validVocab);
   comm.allReduce(ranks, rowSum.data(), size_t(rows));
 
   if (op.kind == OpKind::CrossEntropy) {
@@ -181,7 +183,7 @@ template <typename D> void OpInterpreter<D>::executeLoss(Context &ctx) {
     opError("cross_entropy_bwd needs a scalar loss gradient and logits-sized output");
   dev.crossEntropyBackward(dlogits.data, logits.data, labels, rowMax.data(), rowSum.data(),
                            dev.readScalar(dloss.data) * lossScale, seq, batch, localVocab,
-                           vocabOffset);
+                           vocabOffset, validVocab);
 }
 
 #define PARC_INSTANTIATE(D)                                                                        \

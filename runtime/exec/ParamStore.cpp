@@ -92,6 +92,19 @@ template <typename D> llvm::Error ParamStore<D>::buildPartitions() {
   return llvm::Error::success();
 }
 
+template <typename D> void ParamStore<D>::initShard(T *values, uint64_t seed, const Param &param) {
+  const plan::ParamShard &shard = *param.shard;
+  dev.initShard(values, seed, shard);
+  // Rows past init.rows (the vocabulary's padding) are zero; they are the shard's last rows.
+  if (shard.init.kind != plan::InitKind::Normal || shard.init.rows <= 0 || shard.slice.empty())
+    return;
+  int64_t rowElements = param.localShape.empty() ? 1 : param.numel / param.localShape[0];
+  int64_t firstPadded = std::clamp<int64_t>(shard.init.rows - shard.slice[0].offset, 0,
+                                            shard.slice[0].size);
+  dev.fill(values + firstPadded * rowElements, (shard.slice[0].size - firstPadded) * rowElements,
+           0.0);
+}
+
 template <typename D> void ParamStore<D>::initialize(uint64_t seed) {
   int64_t gradElements = 0;
   for (const Param &param : params)
@@ -106,13 +119,13 @@ template <typename D> void ParamStore<D>::initialize(uint64_t seed) {
     nextGrad += param.numel;
     param.storage = Buffer<T>(memory, MemoryCategory::Weights, size_t(param.numel));
     param.value = param.storage.data();
-    dev.initShard(param.value, seed, *param.shard);
+    initShard(param.value, seed, param);
   }
   for (Partition &partition : parts) {
     partition.weights = Buffer<T>(memory, MemoryCategory::Weights, size_t(partition.padded()));
     pointInto(partition);
     for (size_t i : partition.params)
-      dev.initShard(params[i].value, seed, *params[i].shard);
+      initShard(params[i].value, seed, params[i]);
     if (partition.zero3) {
       partition.owned = Buffer<T>(memory, MemoryCategory::Weights, size_t(partition.perMember));
       release(partition);

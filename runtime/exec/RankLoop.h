@@ -34,6 +34,8 @@ std::string formatStepLine(int64_t step, const StepResult &result, double tokens
 /// Prints the report from every rank's encoded row.
 void printMemory(llvm::ArrayRef<std::string> encoded, const RunOptions &options,
                  plan::DType modelDtype, llvm::raw_ostream &out);
+/// Writes the report as JSON (parrun-memory/1) to options.memoryJsonPath.
+void writeMemoryJson(llvm::ArrayRef<std::string> encoded, const RunOptions &options);
 
 template <typename D>
 RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options,
@@ -114,8 +116,11 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
   for (size_t c = 0; c < NumMemoryCategories; ++c)
     poolPeaks[c] = device.poolPeakBytes(static_cast<MemoryCategory>(c));
   std::vector<std::string> rows = comm.agree(encodeMemoryRow(plan, device.memory(), poolPeaks));
-  if (runner.reportsLoss())
+  if (runner.reportsLoss()) {
     printMemory(rows, options, plan.model.dtype, out);
+    if (!options.memoryJsonPath.empty())
+      writeMemoryJson(rows, options);
+  }
   if (!options.dumpWeightsPath.empty())
     dumpWeights(comm, params, plan, summary, spelling(options.precision), options.dumpWeightsPath);
   return summary;

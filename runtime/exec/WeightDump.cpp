@@ -26,6 +26,7 @@ struct ShardInfo {
   std::string name;
   std::vector<int64_t> shape;
   std::vector<plan::Slice> slice;
+  int64_t rows = 0; // init.rows: the rows that are vocabulary, 0 when all are
   int64_t numel() const {
     int64_t n = 1;
     for (const plan::Slice &s : slice)
@@ -54,7 +55,7 @@ std::vector<int64_t> splitInts(llvm::StringRef text) {
   return values;
 }
 
-/// One line per shard: name, shape, slice offsets, slice sizes, tab-separated.
+/// One line per shard: name, shape, slice offsets, slice sizes, vocabulary rows, tab-separated.
 std::string describeShards(const plan::RankPlan &plan) {
   std::string text;
   for (const plan::ParamShard &shard : plan.params) {
@@ -63,8 +64,9 @@ std::string describeShards(const plan::RankPlan &plan) {
       offsets.push_back(s.offset);
       sizes.push_back(s.size);
     }
+    int64_t rows = shard.init.kind == plan::InitKind::Normal ? shard.init.rows : 0;
     text += shard.name + "\t" + joinInts(shard.shape) + "\t" + joinInts(offsets) + "\t" +
-            joinInts(sizes) + "\n";
+            joinInts(sizes) + "\t" + std::to_string(rows) + "\n";
   }
   return text;
 }
@@ -76,7 +78,7 @@ std::vector<ShardInfo> parseShards(llvm::StringRef text) {
   for (llvm::StringRef line : lines) {
     llvm::SmallVector<llvm::StringRef, 4> fields;
     line.split(fields, '\t');
-    if (fields.size() != 4)
+    if (fields.size() != 5)
       throw std::runtime_error("--dump-weights: malformed shard description '" + line.str() + "'");
     ShardInfo info;
     info.name = fields[0].str();
@@ -84,6 +86,8 @@ std::vector<ShardInfo> parseShards(llvm::StringRef text) {
     std::vector<int64_t> offsets = splitInts(fields[2]), sizes = splitInts(fields[3]);
     for (size_t d = 0; d < offsets.size() && d < sizes.size(); ++d)
       info.slice.push_back({offsets[d], sizes[d]});
+    std::vector<int64_t> rows = splitInts(fields[4]);
+    info.rows = rows.empty() ? 0 : rows.front();
     shards.push_back(std::move(info));
   }
   return shards;
@@ -91,7 +95,14 @@ std::vector<ShardInfo> parseShards(llvm::StringRef text) {
 
 struct WholeTensor {
   std::vector<int64_t> shape;
+  int64_t rows = 0; // the rows written: those that are vocabulary (0: all)
   std::vector<double> values;
+  /// The leading elements written: all but the vocabulary's padding rows.
+  size_t keptElements() const {
+    if (rows <= 0 || shape.empty())
+      return values.size();
+    return values.size() / size_t(shape[0]) * size_t(rows);
+  }
   std::vector<bool> covered;
   /// Copies of an element on several ranks (replicas, the tied embedding) must be equal; the
   /// largest difference seen is written out so that tests can insist on zero.
@@ -172,6 +183,7 @@ void dumpWeights(Communicator &comm, ParamStore<D> &params, const plan::RankPlan
       WholeTensor &whole = tensors[shard.name];
       if (whole.shape.empty()) {
         whole.shape = shard.shape;
+        whole.rows = shard.rows;
         int64_t n = 1;
         for (int64_t dim : shard.shape)
           n *= dim;
@@ -215,16 +227,29 @@ void dumpWeights(Communicator &comm, ParamStore<D> &params, const plan::RankPlan
       for (const auto &entry : tensors)
         replicaDifference = std::max(replicaDifference, entry.second.maxReplicaDifference);
       json.attribute("max_replica_difference", replicaDifference);
+      // The vocabulary's padding is left out, so that every tp writes the same tensors; what
+      // it holds (zero, as it started) is summed up here.
+      double padding = 0;
+      for (const auto &entry : tensors) {
+        const WholeTensor &whole = entry.second;
+        for (size_t i = whole.keptElements(); i < whole.values.size(); ++i)
+          padding = std::max(padding, std::abs(whole.values[i]));
+      }
+      json.attribute("max_padding_value", padding);
       json.attributeObject("params", [&] {
         for (const auto &[name, whole] : tensors) {
+          size_t kept = whole.keptElements();
+          std::vector<int64_t> shape = whole.shape;
+          if (whole.rows > 0 && !shape.empty())
+            shape[0] = whole.rows;
           json.attributeObject(name, [&] {
             json.attributeArray("shape", [&] {
-              for (int64_t dim : whole.shape)
+              for (int64_t dim : shape)
                 json.value(dim);
             });
             json.attributeArray("data", [&] {
-              for (double value : whole.values)
-                json.value(value);
+              for (size_t i = 0; i < kept; ++i)
+                json.value(whole.values[i]);
             });
           });
         }

@@ -3,7 +3,7 @@
 //   parrun PLANS_DIR [--steps N] [--data FILE] [--comm=local|mpi|nccl]
 //          [--precision=fp32|fp64|bf16|fp16] [--backend=cpu|cuda] [--log-every K]
 //          [--timeout SECONDS] [--grad-bucket-mb MIB] [--attention=flash|unfused]
-//          [--fuse-elementwise=true|false] [--dump-weights FILE]
+//          [--fuse-elementwise=true|false] [--dump-weights FILE] [--memory-json FILE]
 //          [--loss-scale=dynamic|none|S] [--initial-loss-scale S] [--min-loss-scale S]
 //          [--loss-scale-window N] [--loss-scale-hysteresis N]
 //          [--save DIR [--save-every K]] [--resume DIR]
@@ -98,6 +98,11 @@ cl::opt<std::string> dumpWeights("dump-weights",
                                           "and the per-step losses to FILE as JSON"),
                                  cl::value_desc("FILE"), cl::cat(parrunCategory));
 
+cl::opt<std::string> memoryJson("memory-json",
+                                cl::desc("After the run, write every rank's held and predicted "
+                                         "peak bytes per memory category to FILE as JSON"),
+                                cl::value_desc("FILE"), cl::cat(parrunCategory));
+
 cl::opt<std::string> lossScale(
     "loss-scale",
     cl::desc("Scale the loss by S (a number), by a dynamic scale that skips overflowed steps "
@@ -165,6 +170,7 @@ int main(int argc, char **argv) {
   options.logEvery = logEvery;
   options.timeoutSeconds = timeoutSeconds;
   options.dumpWeightsPath = dumpWeights;
+  options.memoryJsonPath = memoryJson;
   options.gradBucketBytes = int64_t(gradBucketMB * double(1 << 20));
   options.flashAttention = attention == AttentionChoice::Flash;
   options.fuseElementwise = fuseElementwise;

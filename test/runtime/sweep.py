@@ -54,7 +54,7 @@ import time
 MODEL = """\
 model small {{
   dtype  = fp32
-  vocab  = 512
+  vocab  = {vocab}
   seq    = 32
   hidden = 64
   heads  = 4
@@ -124,7 +124,7 @@ VARIANTS = {
 
 class Case:
     def __init__(self, tp, pp, dp, schedule, zero=0, recompute="none", sp=False, kv_heads=4,
-                 precision="fp64", comm="local", llama=False, variant=None):
+                 precision="fp64", comm="local", llama=False, variant=None, vocab=512):
         self.tp, self.pp, self.dp = tp, pp, dp
         self.schedule, self.zero, self.recompute, self.sp = schedule, zero, recompute, sp
         self.kv_heads, self.precision, self.comm = kv_heads, precision, comm
@@ -132,6 +132,9 @@ class Case:
         # and learned positions.
         self.llama = llama
         self.variant = variant
+        # 512 needs no padding at tp 1, 2 or 4; others are padded to a multiple of 128 * tp, and
+        # the padding must change nothing.
+        self.vocab = vocab
         # Interleaving 2 chunks over pp 4 needs 8 blocks; the reference then has 8 as well.
         self.blocks = 8 if schedule == "interleaved" and pp == 4 else 4
 
@@ -140,7 +143,7 @@ class Case:
         return self.tp * self.pp * self.dp
 
     def model_key(self):
-        return (self.blocks, self.kv_heads, self.precision, self.llama, self.variant)
+        return (self.blocks, self.kv_heads, self.precision, self.llama, self.variant, self.vocab)
 
     def name(self):
         parts = [f"tp{self.tp} pp{self.pp} dp{self.dp} {self.schedule}"]
@@ -158,6 +161,8 @@ class Case:
             parts.append(self.variant)
         if self.blocks != 4:
             parts.append(f"{self.blocks}blk")
+        if self.vocab != 512:
+            parts.append(f"vocab{self.vocab}")
         parts.append(self.precision)
         if self.comm != "local":
             parts.append(self.comm)
@@ -169,7 +174,8 @@ class Case:
         return MODEL.format(eps=ADAM_EPS[self.precision], kv_line=f"  kv_heads = {self.kv_heads}\n" if self.kv_heads != 4 else "",
                             arch_lines=(llama_lines if self.llama else "") +
                             VARIANTS.get(self.variant, ""),
-                            blocks=self.blocks, world=self.world, tp=self.tp, pp=self.pp,
+                            blocks=self.blocks, vocab=self.vocab, world=self.world, tp=self.tp,
+                            pp=self.pp,
                             dp=self.dp, schedule_text=schedule_text, zero=self.zero,
                             recompute=self.recompute, sp="true" if self.sp else "false")
 
@@ -223,6 +229,13 @@ def build_cases(with_mpi):
         Case(1, 4, 2, "interleaved", 1, "none", precision="fp32"),
         Case(4, 1, 2, "1f1b", 2, "selective", True, kv_heads=2, precision="fp32"),
         Case(2, 4, 1, "1f1b", 0, "none", precision="fp32"),
+    ]
+    # Vocabularies that need padding: 256 at tp 4 (padded to 512, so two ranks hold only
+    # padding) and GPT-2's 50257 at tp 2 (padded to 50432; 50304 at tp 1).
+    cases += [
+        Case(4, 1, 2, "1f1b", vocab=256),
+        Case(4, 2, 1, "interleaved", 0, "selective", True, vocab=256),
+        Case(2, 2, 1, "1f1b", vocab=50257),
     ]
     # Mixed precision's path (gradients wider than the weights, master weights) on the CPU.
     cases += [
@@ -280,7 +293,7 @@ def references_for(cases):
     for case in cases:
         references.setdefault(case.model_key(), Case(1, 1, 1, "1f1b", kv_heads=case.kv_heads,
                                                       precision=case.precision, llama=case.llama,
-                                                      variant=case.variant))
+                                                      variant=case.variant, vocab=case.vocab))
         references[case.model_key()].blocks = case.blocks
     return references
 
@@ -325,7 +338,8 @@ def train(case, directory, bin_dir, mpirun):
     if error:
         return os.path.join(directory, "weights.json"), error
     parrun = [os.path.join(bin_dir, "parrun"), plans, f"--precision={case.precision}",
-              f"--comm={case.comm}", "--timeout", "60"] + GRAD_BUCKET_ARGS
+              f"--comm={case.comm}", "--timeout", "60",
+              "--memory-json", os.path.join(directory, "memory.json")] + GRAD_BUCKET_ARGS
     if case.comm == "mpi":
         parrun = mpirun + ["-np", str(case.world)] + parrun
     return train_plans(parrun, directory)
@@ -341,6 +355,9 @@ def compare(ref_path, other_path, loss_rtol, weight_rtol, check_replicas=True):
     for label, dump in (("reference", ref), ("run", other)):
         if check_replicas and dump["max_replica_difference"] != 0:
             problems.append(f"replicas differ in {label} by {dump['max_replica_difference']:.2e}")
+        if dump.get("max_padding_value", 0) != 0:
+            problems.append(f"the vocabulary's padding in {label} is not zero "
+                            f"({dump['max_padding_value']:.2e})")
     if len(ref["losses"]) != len(other["losses"]):
         return math.inf, math.inf, problems + ["step counts differ"]
     loss_diff = 0.0
@@ -364,6 +381,38 @@ def compare(ref_path, other_path, loss_rtol, weight_rtol, check_replicas=True):
     if not weight_diff <= weight_rtol:
         problems.append(f"{worst} differs by {weight_diff:.2e} of its scale > {weight_rtol:g}")
     return loss_diff, weight_diff, problems
+
+
+# What ZeRO shards must be what parrun holds: ZeRO-2's gradients, ZeRO-3's weights too, per rank
+# within this fraction of parc's prediction (test/runtime/memory_sweep.py checks every category).
+ZERO_MEMORY_TOLERANCE = 0.05
+
+
+def zero_memory_problems(case, directory):
+    """The held gradient (zero >= 2) and weight (zero 3) bytes against the plan's prediction."""
+    categories = (["grads"] if case.zero >= 2 else []) + (["weights"] if case.zero >= 3 else [])
+    if not categories or case.precision != "fp32" and case.precision != "fp64":
+        return []
+    with open(os.path.join(directory, "memory.json")) as f:
+        report = json.load(f)
+    # fp64 holds twice the model's fp32 bytes for weights and gradients.
+    factor = 2 if case.precision == "fp64" else 1
+    problems = []
+    for rank in report["ranks"]:
+        for category in categories:
+            held, predicted = rank["held"][category], factor * rank["predicted"][category]
+            if abs(held - predicted) > ZERO_MEMORY_TOLERANCE * predicted:
+                problems.append(f"rank {rank['rank']} holds {held} B of {category}, parc "
+                                f"predicts {predicted} B")
+    return problems[:2]
+
+
+def finish(passed, failed, work, keep):
+    """Prints the totals, removes WORK unless it is kept, and returns the exit status."""
+    print(f"{passed} passed, {failed} failed")
+    if not keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
 
 
 def run_sweep(args):
@@ -397,6 +446,7 @@ def run_sweep(args):
         else:
             loss_diff, weight_diff, problems = compare(ref_files[key][0], weights, loss_rtol,
                                                        weight_rtol)
+            problems += zero_memory_problems(case, os.path.dirname(weights))
         ok = not problems
         passed += ok
         failed += not ok
@@ -407,10 +457,7 @@ def run_sweep(args):
     print(f"tolerances: {limits} "
           f"(relative to each tensor's scale); {len(references)} single-rank references; "
           f"{time.monotonic() - started:.0f} s")
-    print(f"{passed} passed, {failed} failed")
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    return 1 if failed else 0
+    return finish(passed, failed, work, args.keep)
 
 
 PREPARED_FORMAT = "parc-sweep-prepared/1"
@@ -514,10 +561,8 @@ def run_prepared(args):
           f"single-rank run with the same parrun arguments (weights and replica differences "
           f"shown, not judged); {len(references)} references; "
           f"{time.monotonic() - started:.0f} s")
-    print(f"{passed} passed, {failed} failed")
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    return 1 if failed or not cases else 0
+    # A run that selected nothing checked nothing: it fails.
+    return finish(passed, failed, work, args.keep) or (0 if cases else 1)
 
 
 def main():

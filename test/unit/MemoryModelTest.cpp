@@ -164,7 +164,10 @@ TEST(MemoryModel, BytesPerParameter) {
 }
 
 TEST(MemoryModel, ActivationsFollowKorthikantiTable2) {
+  // Their setting: standard attention with dropout, 16-bit activations.
   ModelSpec m = gptModel(12288, 96, 96, 51200, 2048, true);
+  m.attention = Attention::Standard;
+  m.dropout = 0.1;
   const LayerGroup &block = m.layers[1];
   const double s = 2048, b = 1, h = 12288, a = 96, t = 8, sbh = s * b * h;
   EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 1, Recompute::None, false),
@@ -173,22 +176,40 @@ TEST(MemoryModel, ActivationsFollowKorthikantiTable2) {
                    sbh * (10 + 24 / t + 5 * a * s / (h * t)));
   EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::None, true),
                    sbh / t * (34 + 5 * a * s / h));
+  // parc's selective recompute also rebuilds the attention's output (2sbh/t of their 24sbh/t),
+  // and full recompute keeps the sequence-parallel slice of the block input.
   EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::Selective, false),
-                   sbh * (10 + 24 / t));
-  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::Selective, true), sbh * 34 / t);
-  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::Full, true), 2 * sbh);
+                   sbh * (10 + 22 / t));
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::Selective, true), sbh * 32 / t);
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::Full, false), 2 * sbh);
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::Full, true), 2 * sbh / t);
   // Linear in the microbatch size.
   EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 4, 8, Recompute::Selective, true),
-                   4 * sbh * 34 / t);
+                   4 * sbh * 32 / t);
+}
+
+TEST(MemoryModel, FlashAttentionKeepsOnlyTheRowLogsumexp) {
+  // Without dropout no masks; FlashAttention keeps an fp32 logsumexp per row and head instead
+  // of the 2as^2b probabilities.
+  ModelSpec m = gptModel(12288, 96, 96, 51200, 2048, true);
+  const LayerGroup &block = m.layers[1];
+  const double s = 2048, h = 12288, a = 96, t = 8, sbh = s * h;
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 1, Recompute::None, false),
+                   sbh * 32 + 4 * a * s);
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 8, Recompute::None, true),
+                   sbh / t * 32 + 4 * a * s / t);
+  m.attention = Attention::Standard;
+  EXPECT_DOUBLE_EQ(blockActivationBytes(m, block, 1, 1, Recompute::None, false),
+                   sbh * 32 + 2 * a * s * s);
 }
 
 TEST(MemoryModel, GroupedQueryAttentionAndSwiGLUActivations) {
   ModelSpec m = llama70b();
   const double s = 4096, h = 8192, kv = 1024, f = 28672;
-  // Norm and block inputs 8sbh + masks 2sbh, Q and attention output 4sbh, K and V 4 s kv,
-  // SwiGLU gate, up and product 6 s f; all split with sequence parallelism.
+  // Norm and block inputs 8sbh, Q 2sbh (selective recompute rebuilds the attention's output),
+  // K and V 4 s kv, SwiGLU gate, up and product 6 s f; all split with sequence parallelism.
   EXPECT_DOUBLE_EQ(blockActivationBytes(m, m.layers[1], 1, 8, Recompute::Selective, true),
-                   s * (14 * h + 4 * kv + 6 * f) / 8);
+                   s * (10 * h + 4 * kv + 6 * f) / 8);
 }
 
 TEST(MemoryModel, MicrobatchesInFlight) {
@@ -216,9 +237,13 @@ TEST(MemoryModel, InterleavingCostsKorthikantiFactor) {
   p.parallel.chunks = 2;
   double inter = estimateMemory(p, evenMapping(p, 2)).stages[0].activations;
   double perBlock = blockActivationBytes(m, m.layers[1], 1, 1, Recompute::None, false);
-  double embedding = 2048.0 * 4096;
-  EXPECT_DOUBLE_EQ(oneF - 4 * embedding, 4 * 4 * perBlock);
-  EXPECT_DOUBLE_EQ(inter - 7 * embedding, 4 * 4 * perBlock * (1 + 3.0 / 8));
+  // Beside the blocks: the token ids per microbatch and the first backward's buffers; the
+  // interleaved schedule also meets one more output waiting for its send (and its ids).
+  double ids = 8 * 2048.0, transient =
+      blockBackwardTransientBytes(m, m.layers[1], 1, 1, Recompute::None, false);
+  double pending = 2 * 2048.0 * 4096 + ids;
+  EXPECT_DOUBLE_EQ(oneF - 4 * ids - transient, 4 * 4 * perBlock);
+  EXPECT_DOUBLE_EQ(inter - 7 * ids - transient - pending, 4 * 4 * perBlock * (1 + 3.0 / 8));
 }
 
 TEST(MemoryModel, ZeROPaperModelStates) {

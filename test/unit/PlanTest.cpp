@@ -163,7 +163,8 @@ RankPlan singleRankPlan() {
                {"h.grad", act({8, 1, 16})},
                {"x.grad", act({8, 1, 16})}};
   std::string w = "embedding.word.weight";
-  std::map<std::string, AttrValue> loss{{"group", std::string("tp")}, {"vocab_offset", int64_t(0)}};
+  std::map<std::string, AttrValue> loss{
+      {"group", std::string("tp")}, {"vocab", int64_t(256)}, {"vocab_offset", int64_t(0)}};
   c.forward = {
       op(OpKind::Embedding, {"tokens", w}, {"x"}, {{"vocab_offset", int64_t(0)}}),
       op(OpKind::LayerNorm, {"x", "final_norm.weight", "final_norm.bias"}, {"h"}, {{"eps", 1e-5}}),

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace parc::runtime::cpu {
 
@@ -21,22 +22,32 @@ int64_t localLabel(const int64_t *labels, int64_t t, int64_t b, int64_t seq, int
   int64_t column = labels[b * seq + t] - vocabOffset;
   return column >= 0 && column < localVocab ? column : -1;
 }
+
+// The shard's columns that are vocabulary, not padding.
+int64_t validColumns(int64_t localVocab, int64_t validVocab) {
+  return validVocab < 0 ? localVocab : std::min(validVocab, localVocab);
+}
 } // namespace
 
 template <typename T>
-void crossEntropyRowMax(T *rowMax, const T *logits, int64_t rows, int64_t localVocab) {
-  // rowMax[r] = max_j logits[r,j]
+void crossEntropyRowMax(T *rowMax, const T *logits, int64_t rows, int64_t localVocab,
+                        int64_t validVocab) {
+  // rowMax[r] = max_{j < valid} logits[r,j]
+  int64_t valid = validColumns(localVocab, validVocab);
   for (int64_t r = 0; r < rows; ++r)
-    rowMax[r] = *std::max_element(logits + r * localVocab, logits + (r + 1) * localVocab);
+    rowMax[r] = valid == 0 ? -std::numeric_limits<T>::infinity()
+                           : *std::max_element(logits + r * localVocab,
+                                               logits + r * localVocab + valid);
 }
 
 template <typename T>
 void crossEntropySumExp(T *rowSum, const T *logits, const T *rowMax, int64_t rows,
-                        int64_t localVocab) {
-  // rowSum[r] = sum_j exp(logits[r,j] - rowMax[r])
+                        int64_t localVocab, int64_t validVocab) {
+  // rowSum[r] = sum_{j < valid} exp(logits[r,j] - rowMax[r])
+  int64_t valid = validColumns(localVocab, validVocab);
   for (int64_t r = 0; r < rows; ++r) {
     double sum = 0;
-    for (int64_t j = 0; j < localVocab; ++j)
+    for (int64_t j = 0; j < valid; ++j)
       sum += std::exp(double(logits[r * localVocab + j]) - rowMax[r]);
     rowSum[r] = T(sum);
   }
@@ -65,29 +76,31 @@ T crossEntropyLoss(const T *rowMax, const T *rowSum, const T *target, int64_t ro
 template <typename T>
 void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const T *rowMax,
                           const T *rowSum, T dloss, int64_t seq, int64_t batch, int64_t localVocab,
-                          int64_t vocabOffset) {
-  // dlogits = (softmax - onehot(label)) * dloss / (seq * batch)
+                          int64_t vocabOffset, int64_t validVocab) {
+  // dlogits = (softmax - onehot(label)) * dloss / (seq * batch); 0 on the padding
   double perToken = double(dloss) / double(seq * batch);
+  int64_t valid = validColumns(localVocab, validVocab);
   for (int64_t t = 0; t < seq; ++t)
     for (int64_t b = 0; b < batch; ++b) {
       int64_t r = t * batch + b, column = localLabel(labels, t, b, seq, localVocab, vocabOffset);
       const T *in = logits + r * localVocab;
       T *out = dlogits + r * localVocab;
-      for (int64_t j = 0; j < localVocab; ++j) {
+      for (int64_t j = 0; j < valid; ++j) {
         double prob = std::exp(double(in[j]) - rowMax[r]) / rowSum[r];
         out[j] = T((prob - (j == column ? 1.0 : 0.0)) * perToken);
       }
+      std::fill(out + valid, out + localVocab, T(0));
     }
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \
-  template void crossEntropyRowMax(T *, const T *, int64_t, int64_t);                              \
-  template void crossEntropySumExp(T *, const T *, const T *, int64_t, int64_t);                   \
+  template void crossEntropyRowMax(T *, const T *, int64_t, int64_t, int64_t);                     \
+  template void crossEntropySumExp(T *, const T *, const T *, int64_t, int64_t, int64_t);          \
   template void crossEntropyTargetLogit(T *, const T *, const int64_t *, int64_t, int64_t,         \
                                         int64_t, int64_t);                                         \
   template T crossEntropyLoss(const T *, const T *, const T *, int64_t);                           \
   template void crossEntropyBackward(T *, const T *, const int64_t *, const T *, const T *, T,     \
-                                     int64_t, int64_t, int64_t, int64_t);
+                                     int64_t, int64_t, int64_t, int64_t, int64_t);
 PARC_INSTANTIATE(float)
 PARC_INSTANTIATE(double)
 #undef PARC_INSTANTIATE

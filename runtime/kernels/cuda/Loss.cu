@@ -25,25 +25,30 @@ __device__ __forceinline__ int64_t localLabel(const int64_t *labels, int64_t t, 
   return column >= 0 && column < localVocab ? column : -1;
 }
 
-// rowMax[r] = max_j logits[r,j]
+// The shard's columns that are vocabulary, not padding.
+inline int64_t validColumns(int64_t localVocab, int64_t validVocab) {
+  return validVocab < 0 ? localVocab : (validVocab < localVocab ? validVocab : localVocab);
+}
+
+// rowMax[r] = max_{j < valid} logits[r,j]
 template <typename T>
-__global__ void rowMaxKernel(float *rowMax, const T *logits, int64_t localVocab) {
+__global__ void rowMaxKernel(float *rowMax, const T *logits, int64_t localVocab, int64_t valid) {
   const T *row = logits + blockIdx.x * localVocab;
   float max = -INFINITY;
-  for (int64_t j = threadIdx.x; j < localVocab; j += blockDim.x)
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x)
     max = fmaxf(max, toFloat(row[j]));
   max = blockReduce(max, MaxOp(), -INFINITY);
   if (threadIdx.x == 0)
     rowMax[blockIdx.x] = max;
 }
 
-// rowSum[r] = sum_j exp(logits[r,j] - rowMax[r])
+// rowSum[r] = sum_{j < valid} exp(logits[r,j] - rowMax[r])
 template <typename T>
 __global__ void sumExpKernel(float *rowSum, const T *logits, const float *rowMax,
-                             int64_t localVocab) {
+                             int64_t localVocab, int64_t valid) {
   const T *row = logits + blockIdx.x * localVocab;
   float max = rowMax[blockIdx.x], sum = 0;
-  for (int64_t j = threadIdx.x; j < localVocab; j += blockDim.x)
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x)
     sum += expf(toFloat(row[j]) - max);
   sum = blockReduce(sum, SumOp(), 0.0f);
   if (threadIdx.x == 0)
@@ -65,22 +70,23 @@ __global__ void lossKernel(float *loss, const float *rowMax, const float *rowSum
 
 template <typename T>
 void crossEntropyRowMax(float *rowMax, const T *logits, int64_t rows, int64_t localVocab,
-                        cudaStream_t stream) {
-  // rowMax[r] = max_j logits[r,j]
+                        cudaStream_t stream, int64_t validVocab) {
+  // rowMax[r] = max_{j < valid} logits[r,j]
   if (rows <= 0)
     return;
-  rowMaxKernel<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(rowMax, logits, localVocab);
+  rowMaxKernel<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(
+      rowMax, logits, localVocab, validColumns(localVocab, validVocab));
   checkLaunch("crossEntropyRowMax");
 }
 
 template <typename T>
 void crossEntropySumExp(float *rowSum, const T *logits, const float *rowMax, int64_t rows,
-                        int64_t localVocab, cudaStream_t stream) {
-  // rowSum[r] = sum_j exp(logits[r,j] - rowMax[r])
+                        int64_t localVocab, cudaStream_t stream, int64_t validVocab) {
+  // rowSum[r] = sum_{j < valid} exp(logits[r,j] - rowMax[r])
   if (rows <= 0)
     return;
-  sumExpKernel<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(rowSum, logits, rowMax,
-                                                                   localVocab);
+  sumExpKernel<<<static_cast<unsigned>(rows), kBlock, 0, stream>>>(
+      rowSum, logits, rowMax, localVocab, validColumns(localVocab, validVocab));
   checkLaunch("crossEntropySumExp");
 }
 
@@ -105,26 +111,28 @@ void crossEntropyLoss(float *loss, const float *rowMax, const float *rowSum, con
 template <typename T>
 void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const float *rowMax,
                           const float *rowSum, float dloss, int64_t seq, int64_t batch,
-                          int64_t localVocab, int64_t vocabOffset, cudaStream_t stream) {
-  // dlogits = (softmax - onehot(label)) * dloss / (seq * batch)
+                          int64_t localVocab, int64_t vocabOffset, cudaStream_t stream,
+                          int64_t validVocab) {
+  // dlogits = (softmax - onehot(label)) * dloss / (seq * batch); 0 on the padding
   float perToken = static_cast<float>(double(dloss) / double(seq * batch));
+  int64_t valid = validColumns(localVocab, validVocab);
   forEach(seq * batch * localVocab, stream, "crossEntropyBackward", [=] __device__(int64_t e) {
     int64_t r = e / localVocab, j = e % localVocab;
     int64_t column = localLabel(labels, r / batch, r % batch, seq, localVocab, vocabOffset);
-    float prob = expf(toFloat(logits[e]) - rowMax[r]) / rowSum[r];
+    float prob = j < valid ? expf(toFloat(logits[e]) - rowMax[r]) / rowSum[r] : 0.0f;
     dlogits[e] = fromFloat<T>((prob - (j == column ? 1.0f : 0.0f)) * perToken);
   });
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \
-  template void crossEntropyRowMax(float *, const T *, int64_t, int64_t, cudaStream_t);            \
+  template void crossEntropyRowMax(float *, const T *, int64_t, int64_t, cudaStream_t, int64_t);   \
   template void crossEntropySumExp(float *, const T *, const float *, int64_t, int64_t,            \
-                                   cudaStream_t);                                                  \
+                                   cudaStream_t, int64_t);                                         \
   template void crossEntropyTargetLogit(float *, const T *, const int64_t *, int64_t, int64_t,     \
                                         int64_t, int64_t, cudaStream_t);                           \
   template void crossEntropyBackward(T *, const T *, const int64_t *, const float *,               \
                                      const float *, float, int64_t, int64_t, int64_t, int64_t,     \
-                                     cudaStream_t);
+                                     cudaStream_t, int64_t);
 PARC_CUDA_FOR_STORAGE_TYPES(PARC_INSTANTIATE)
 #undef PARC_INSTANTIATE
 

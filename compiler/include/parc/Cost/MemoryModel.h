@@ -82,11 +82,22 @@ struct StateBytesPerParam {
 };
 StateBytesPerParam stateBytesPerParam(const Program &program);
 
-/// Bytes one transformer block keeps for its backward, per microbatch, on one tp rank
-/// (Korthikanti et al. 2022, section 4, generalised to grouped-query attention, any ffn width
-/// and SwiGLU; it reduces to their table for a GPT block).
+/// Bytes one transformer block keeps for its backward, per microbatch, on one tp rank: what
+/// parc's op lists keep (ActivationModel.cpp). With standard attention and dropout it is
+/// Korthikanti et al. 2022's table 2 (generalised to grouped-query attention, any ffn width and
+/// SwiGLU); FlashAttention keeps only the row logsumexp of the attention core, dropout 0 no
+/// masks, and selective recompute also rebuilds the attention's output.
 double blockActivationBytes(const ModelSpec &model, const LayerGroup &block, int64_t microBatch,
                             int64_t tp, Recompute recompute, bool sequenceParallel);
+/// The bytes one block's backward holds above the kept activations, per microbatch on one tp
+/// rank: its widest moment (the MLP's gradients) and, with full recompute, the rebuilt forward.
+double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &block,
+                                   int64_t microBatch, int64_t tp, Recompute recompute,
+                                   bool sequenceParallel);
+/// The peak activation bytes of pipeline stage `stage` with inFlight[c] forwards of chunk c
+/// held: every kept tensor plus the transient buffers of the first backward.
+double stageActivationBytes(const Program &program, const Mapping &mapping, int64_t stage,
+                            const std::vector<int64_t> &inFlight);
 
 /// How many forward passes of each model chunk a stage holds at its peak: entry c counts the
 /// in-flight microbatches of chunk c. GPipe keeps all M; 1F1B min(pp - stage, M); interleaved
@@ -100,14 +111,17 @@ struct StageMemory {
   int64_t blocks = 0;        // transformer blocks on the stage, all chunks
   int64_t paramsPerRank = 0; // parameters one rank owns before ZeRO sharding
   int64_t inFlight = 0;      // microbatches whose activations the stage keeps at its peak
+  /// Weights, gradients and optimizer state as ZeRO shards them (ZeroPolicy.h); for ZeRO 1 the
+  /// whole gradient buckets, which exist from their first write to their reduce-scatter.
   double weights = 0, grads = 0, optimizer = 0;
-  double gathered = 0; // ZeRO-3: the all-gathered working copy of the stage's largest layer
+  double gathered = 0;    // ZeRO-3: the buckets gathered whole at once (the largest, usually)
+  double gradBuffers = 0; // transient: ZeRO-2/3's whole buckets, reduction and op scratch
   double activations = 0;
   double reserve = 0;
 
   /// Weights, gradients and optimizer state: the ZeRO paper's "model states".
   double modelStates() const { return weights + grads + optimizer; }
-  double total() const { return modelStates() + gathered + activations + reserve; }
+  double total() const { return modelStates() + gathered + gradBuffers + activations + reserve; }
 };
 
 struct MemoryEstimate {

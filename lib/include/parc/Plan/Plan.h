@@ -197,6 +197,10 @@ struct Slice {
 struct Init {
   InitKind kind = InitKind::Normal;
   double std = 0.0; // normal only
+  /// Normal only: when positive, only rows [0, rows) of dim 0 of the global tensor are drawn
+  /// and the rest are zeros: the vocabulary's padding of an embedding or head, which the loss
+  /// leaves out, so it stays zero. 0: every row is drawn.
+  int64_t rows = 0;
 };
 
 /// One tensor shard this rank owns. `slice[d]` is the part of global dim d it holds.

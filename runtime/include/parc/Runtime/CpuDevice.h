@@ -227,12 +227,14 @@ public:
   }
 
   // Vocab-parallel cross entropy; the pieces are Stat.
-  void crossEntropyRowMax(T *rowMax, const T *logits, int64_t rows, int64_t localVocab) {
-    cpu::crossEntropyRowMax(rowMax, logits, rows, localVocab);
+  // `validVocab`: the shard's columns that are vocabulary, not padding (Kernels.h).
+  void crossEntropyRowMax(T *rowMax, const T *logits, int64_t rows, int64_t localVocab,
+                          int64_t validVocab) {
+    cpu::crossEntropyRowMax(rowMax, logits, rows, localVocab, validVocab);
   }
   void crossEntropySumExp(T *rowSum, const T *logits, const T *rowMax, int64_t rows,
-                          int64_t localVocab) {
-    cpu::crossEntropySumExp(rowSum, logits, rowMax, rows, localVocab);
+                          int64_t localVocab, int64_t validVocab) {
+    cpu::crossEntropySumExp(rowSum, logits, rowMax, rows, localVocab, validVocab);
   }
   void crossEntropyTargetLogit(T *target, const T *logits, const int64_t *labels, int64_t seq,
                                int64_t batch, int64_t localVocab, int64_t vocabOffset) {
@@ -246,9 +248,9 @@ public:
   }
   void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const T *rowMax,
                             const T *rowSum, double dloss, int64_t seq, int64_t batch,
-                            int64_t localVocab, int64_t vocabOffset) {
+                            int64_t localVocab, int64_t vocabOffset, int64_t validVocab) {
     cpu::crossEntropyBackward(dlogits, logits, labels, rowMax, rowSum, T(dloss), seq, batch,
-                              localVocab, vocabOffset);
+                              localVocab, vocabOffset, validVocab);
   }
 
   //===--- Optimizer ------------------------------------------------------===//

@@ -243,12 +243,13 @@ public:
   }
 
   // Vocab-parallel cross entropy; the pieces are Stat (fp32).
-  void crossEntropyRowMax(float *rowMax, const T *logits, int64_t rows, int64_t localVocab) {
-    cuda::crossEntropyRowMax(rowMax, logits, rows, localVocab, stream());
+  void crossEntropyRowMax(float *rowMax, const T *logits, int64_t rows, int64_t localVocab,
+                          int64_t validVocab = -1) {
+    cuda::crossEntropyRowMax(rowMax, logits, rows, localVocab, stream(), validVocab);
   }
   void crossEntropySumExp(float *rowSum, const T *logits, const float *rowMax, int64_t rows,
-                          int64_t localVocab) {
-    cuda::crossEntropySumExp(rowSum, logits, rowMax, rows, localVocab, stream());
+                          int64_t localVocab, int64_t validVocab = -1) {
+    cuda::crossEntropySumExp(rowSum, logits, rowMax, rows, localVocab, stream(), validVocab);
   }
   void crossEntropyTargetLogit(float *target, const T *logits, const int64_t *labels, int64_t seq,
                                int64_t batch, int64_t localVocab, int64_t vocabOffset) {
@@ -261,9 +262,9 @@ public:
                           int64_t rows);
   void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const float *rowMax,
                             const float *rowSum, double dloss, int64_t seq, int64_t batch,
-                            int64_t localVocab, int64_t vocabOffset) {
+                            int64_t localVocab, int64_t vocabOffset, int64_t validVocab) {
     cuda::crossEntropyBackward(dlogits, logits, labels, rowMax, rowSum, float(dloss), seq, batch,
-                               localVocab, vocabOffset, stream());
+                               localVocab, vocabOffset, stream(), validVocab);
   }
 
   //===--- Optimizer ------------------------------------------------------===//

@@ -196,12 +196,14 @@ void swigluBackward(T *dgate, T *dup, const T *gate, const T *up, const T *dy, i
 // Vocab-parallel cross entropy, in the pieces of Kernels.h; the pieces are fp32.
 //===----------------------------------------------------------------------===//
 
+/// `validVocab`: the shard's columns that are vocabulary (all when negative); the padding's
+/// are left out as Kernels.h's twins leave them out.
 template <typename T>
 void crossEntropyRowMax(float *rowMax, const T *logits, int64_t rows, int64_t localVocab,
-                        cudaStream_t stream);
+                        cudaStream_t stream, int64_t validVocab = -1);
 template <typename T>
 void crossEntropySumExp(float *rowSum, const T *logits, const float *rowMax, int64_t rows,
-                        int64_t localVocab, cudaStream_t stream);
+                        int64_t localVocab, cudaStream_t stream, int64_t validVocab = -1);
 template <typename T>
 void crossEntropyTargetLogit(float *target, const T *logits, const int64_t *labels, int64_t seq,
                              int64_t batch, int64_t localVocab, int64_t vocabOffset,
@@ -212,7 +214,8 @@ void crossEntropyLoss(float *loss, const float *rowMax, const float *rowSum, con
 template <typename T>
 void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const float *rowMax,
                           const float *rowSum, float dloss, int64_t seq, int64_t batch,
-                          int64_t localVocab, int64_t vocabOffset, cudaStream_t stream);
+                          int64_t localVocab, int64_t vocabOffset, cudaStream_t stream,
+                          int64_t validVocab = -1);
 
 //===----------------------------------------------------------------------===//
 // Optimizer and mixed precision

@@ -55,6 +55,7 @@ struct RunOptions {
   int64_t logEvery = 1;
   double timeoutSeconds = 300;
   std::string dumpWeightsPath; // empty: no dump
+  std::string memoryJsonPath;  // empty: the memory report only as text
   /// The data-parallel gradient sync starts in buckets of this many bytes during the backward
   /// (GradSyncOverlap.h); 0 waits for the plan's instruction. PyTorch DDP's default 25 MiB.
   int64_t gradBucketBytes = 25 << 20;

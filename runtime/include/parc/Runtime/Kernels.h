@@ -184,13 +184,17 @@ void swigluBackward(T *dgate, T *dup, const T *gate, const T *up, const T *dy, i
 // all microbatches of this data-parallel replica (the dp all-reduce then averages replicas).
 //===----------------------------------------------------------------------===//
 
-/// rowMax[r] = max_j logits[r,j] over this shard's columns.
+/// rowMax[r] = max_j logits[r,j] over this shard's first `validVocab` columns (all when
+/// negative): the columns of the vocabulary's padding are left out, as if their logit were
+/// minus infinity, so a padded model trains as the unpadded one (-inf for a shard of padding).
 template <typename T>
-void crossEntropyRowMax(T *rowMax, const T *logits, int64_t rows, int64_t localVocab);
-/// rowSum[r] = sum_j exp(logits[r,j] - rowMax[r]), rowMax the global maximum.
+void crossEntropyRowMax(T *rowMax, const T *logits, int64_t rows, int64_t localVocab,
+                        int64_t validVocab = -1);
+/// rowSum[r] = sum_j exp(logits[r,j] - rowMax[r]) over the valid columns, rowMax the global
+/// maximum.
 template <typename T>
 void crossEntropySumExp(T *rowSum, const T *logits, const T *rowMax, int64_t rows,
-                        int64_t localVocab);
+                        int64_t localVocab, int64_t validVocab = -1);
 /// target[t*batch+b] = logits[t,b,labels[b,t] - vocabOffset] if the label is in this shard,
 /// else 0.
 template <typename T>
@@ -200,11 +204,12 @@ void crossEntropyTargetLogit(T *target, const T *logits, const int64_t *labels, 
 template <typename T>
 T crossEntropyLoss(const T *rowMax, const T *rowSum, const T *target, int64_t rows);
 /// dlogits[r,j] = (exp(logits[r,j] - rowMax[r]) / rowSum[r] - [j is r's label]) * dloss / rows
-/// with rows = seq * batch; the one-hot term only on the shard that holds the label.
+/// with rows = seq * batch; the one-hot term only on the shard that holds the label; 0 on the
+/// columns past `validVocab` (the padding: probability 0, so no gradient).
 template <typename T>
 void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const T *rowMax,
                           const T *rowSum, T dloss, int64_t seq, int64_t batch, int64_t localVocab,
-                          int64_t vocabOffset);
+                          int64_t vocabOffset, int64_t validVocab = -1);
 
 //===----------------------------------------------------------------------===//
 // Optimizer

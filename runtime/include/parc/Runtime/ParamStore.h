@@ -125,6 +125,8 @@ public:
   D &device() { return dev; }
 
 private:
+  /// Init.h's values of `param`'s shard, with the vocabulary's padding rows zero.
+  void initShard(T *values, uint64_t seed, const Param &param);
   std::vector<size_t> resolve(const plan::Instr &instr) const;
   Partition &partitionOf(const plan::Instr &instr);
   void gather(Communicator &comm, Partition &partition);

@@ -1,0 +1,164 @@
+//===- ActivationModel.cpp - The activations a pipeline stage holds at its peak ---===//
+//
+// What parc's plans keep for the backward, tensor by tensor (ChunkLowering.cpp decides it and
+// parrun frees everything else after its last use), and the transient buffers around the peak,
+// which is the start of the first backward: every in-flight forward's kept tensors plus what
+// that backward allocates before it frees them. docs/memory-and-cost.md derives each term;
+// test/runtime/memory_sweep.py holds parrun's measured peaks against them.
+//
+//===----------------------------------------------------------------------===//
+#include "parc/Cost/MemoryModel.h"
+
+#include <algorithm>
+
+namespace parc {
+
+namespace {
+/// The sizes of one block on one tensor-parallel rank, in elements, and the activation dtype.
+struct BlockShape {
+  double sb, h, q, kv, f, heads, s, b, e, r; // r: 1/t for sequence-split tensors, else 1
+  bool swiglu, flash, dropout;
+
+  BlockShape(const ModelSpec &model, const LayerGroup &block, int64_t microBatch, int64_t tp,
+             bool sequenceParallel) {
+    const double t = double(tp), d = double(headDim(model, block));
+    s = double(model.seq);
+    b = double(microBatch);
+    sb = s * b;
+    h = double(model.hidden);
+    heads = double(block.heads) / t;
+    q = heads * d;
+    // A rank holds kv_heads / tp key/value heads, or one whole head when kv_heads < tp.
+    kv = double(std::max<int64_t>(block.kvHeads / tp, 1)) * d;
+    f = double(block.ffn) / t;
+    e = double(bytesPerElement(model.dtype));
+    r = sequenceParallel ? 1 / t : 1;
+    swiglu = isGated(block.mlp); // SwiGLU and GeGLU keep gate, up and product
+    flash = model.attention == Attention::Flash;
+    dropout = model.dropout > 0;
+  }
+
+  /// What the attention keeps besides q, k, v and its output: FlashAttention the fp32
+  /// logsumexp of each row; standard attention the probabilities, and with dropout its mask
+  /// and output (FlashAttention regenerates the mask from the RNG state).
+  double attentionCore() const {
+    if (flash)
+      return 4 * b * heads * s;
+    double scores = heads * s * s * b;
+    return e * scores + (dropout ? (1 + e) * scores : 0);
+  }
+  /// The block's activations without recompute: the block input, both norms' outputs and
+  /// ln2's input (split with the sequence under sequence parallelism), q, k, v, the attention
+  /// output and core, the MLP's intermediates, and with dropout the two 1-byte masks.
+  double keptWithoutRecompute() const {
+    double kept = e * 4 * sb * h * r + e * sb * (2 * q + 2 * kv) + attentionCore();
+    kept += e * (swiglu ? 3 : 2) * sb * f;
+    return kept + (dropout ? 2 * sb * h * r : 0);
+  }
+};
+} // namespace
+
+double blockActivationBytes(const ModelSpec &model, const LayerGroup &block, int64_t microBatch,
+                            int64_t tp, Recompute recompute, bool sequenceParallel) {
+  BlockShape x(model, block, microBatch, tp, sequenceParallel);
+  if (recompute == Recompute::Full)
+    return x.e * x.sb * x.h * x.r; // only the block's input survives the forward
+  double kept = x.keptWithoutRecompute();
+  // Selective recompute reruns the attention in the backward: its output and core are rebuilt.
+  if (recompute == Recompute::Selective)
+    kept -= x.e * x.sb * x.q + x.attentionCore();
+  return kept;
+}
+
+double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &block,
+                                   int64_t microBatch, int64_t tp, Recompute recompute,
+                                   bool sequenceParallel) {
+  BlockShape x(model, block, microBatch, tp, sequenceParallel);
+  // The MLP's backward is the widest moment: the down projection's input gradient (sbf) beside
+  // the gradient it reads (whole over the sequence) and the residual's skip gradient; SwiGLU's
+  // backward then holds the gate and up gradients at once.
+  double transient = x.e * x.sb * (x.f + x.h + x.h * x.r);
+  if (x.swiglu)
+    transient = std::max(transient, x.e * x.sb * (2 * x.f + x.h * x.r));
+  if (recompute == Recompute::Full) {
+    // The block's forward is rerun first; under sequence parallelism it rebuilds the gathered
+    // norm outputs whole.
+    transient += x.keptWithoutRecompute() - x.e * x.sb * x.h * x.r +
+                 2 * x.e * x.sb * x.h * (1 - x.r);
+  }
+  return transient;
+}
+
+namespace {
+/// The head's kept tensors per microbatch: the final norm's input and output (split under
+/// sequence parallelism), the fp32 logits of this rank's vocabulary shard, the labels and the
+/// loss.
+double headKeptBytes(const ModelSpec &model, int64_t paddedVocab, int64_t microBatch,
+                     int64_t tp, bool sequenceParallel) {
+  const double sb = double(model.seq) * double(microBatch), t = double(tp);
+  const double e = double(bytesPerElement(model.dtype));
+  const double r = sequenceParallel ? 1 / t : 1;
+  return 2 * e * sb * double(model.hidden) * r + 4 * sb * double(paddedVocab) / t + 8 * sb + e;
+}
+
+/// The head's backward allocates the logits' gradient (as wide as the logits), the cross
+/// entropy's row maximum and sum, and the loss gradient.
+double headTransientBytes(const ModelSpec &model, int64_t paddedVocab, int64_t microBatch,
+                          int64_t tp) {
+  const double sb = double(model.seq) * double(microBatch);
+  const double e = double(bytesPerElement(model.dtype));
+  return 4 * sb * double(paddedVocab) / double(tp) + 2 * sb * e + e;
+}
+} // namespace
+
+double stageActivationBytes(const Program &program, const Mapping &mapping, int64_t stage,
+                            const std::vector<int64_t> &inFlight) {
+  const ModelSpec &model = program.model;
+  const ParallelSpec &par = program.parallel;
+  const int64_t tp = mapping.tp, mb = mapping.microBatch;
+  const double sb = double(model.seq) * double(mb);
+  const double r = par.sequenceParallel ? 1 / double(tp) : 1;
+  const double e = double(bytesPerElement(model.dtype));
+  const int64_t virtualStages = mapping.pp * mapping.chunks;
+
+  std::vector<double> kept, transient;
+  double held = 0;
+  for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
+    int64_t virtualStage = chunk * mapping.pp + stage;
+    auto [first, last] = mapping.partition.range(stage, chunk);
+    double chunkKept = 0, chunkTransient = 0;
+    for (int64_t i = first; i < last; ++i) {
+      const LayerGroup &block = model.blockGroup(i);
+      chunkKept += blockActivationBytes(model, block, mb, tp, par.recompute, par.sequenceParallel);
+      chunkTransient = std::max(chunkTransient,
+                                blockBackwardTransientBytes(model, block, mb, tp, par.recompute,
+                                                            par.sequenceParallel));
+    }
+    if (virtualStage == 0) // the token ids, and with dropout the embedding's 1-byte mask
+      chunkKept += 8 * sb + (model.dropout > 0 ? sb * double(model.hidden) * r : 0);
+    if (virtualStage == virtualStages - 1) {
+      double head = headKeptBytes(model, mapping.paddedVocab, mb, tp, par.sequenceParallel);
+      chunkKept += head;
+      // The blocks' backward starts once the head's has freed its tensors.
+      chunkTransient = std::max(headTransientBytes(model, mapping.paddedVocab, mb, tp),
+                                chunkTransient - (head - e));
+    }
+    kept.push_back(chunkKept);
+    transient.push_back(chunkTransient);
+    held += double(inFlight[size_t(chunk)]) * chunkKept;
+  }
+  // The interleaved schedule's first backward (of the last chunk) meets one more forward
+  // output waiting for its send, and on the first stage the ids of one more microbatch.
+  double pending = 0;
+  if (par.schedule == ScheduleKind::Interleaved)
+    pending = e * sb * double(model.hidden) * r + (stage == 0 ? 8 * sb : 0);
+  // The last chunk's backward comes first, with every forward in flight; another chunk's comes
+  // after at least one of the last chunk's microbatches has been freed.
+  const size_t lastChunk = kept.size() - 1;
+  double peak = transient[lastChunk];
+  for (size_t c = 0; c < lastChunk; ++c)
+    peak = std::max(peak, transient[c] - kept[lastChunk]);
+  return held + peak + pending;
+}
+
+} // namespace parc
