@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "parc/Check/Mapping.h"
 #include "parc/Cost/CommModel.h"
+#include "parc/Cost/ZeroPolicy.h"
 #include "parc/Support/CheckedInt.h"
 #include "parc/Support/Units.h"
 
@@ -350,7 +351,7 @@ void MappingChecker::checkFlags() {
               "sequence_parallel off");
     noteField("model.seq", model.seq);
   }
-  if (par.zero >= 1 && dpKnown && mapping.dp == 1) {
+  if (par.zero >= 1 && dpKnown && !zeroPolicy(par, mapping.dp).partitioned()) {
     diags.warning(at("parallel.zero"), "zero = " + str(par.zero) +
                                            " shards state across data-parallel ranks, but "
                                            "dp = 1: it saves no memory; set zero = 0 or "

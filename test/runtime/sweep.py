@@ -58,7 +58,7 @@ model small {{
   seq    = 32
   hidden = 64
   heads  = 4
-{kv_line}{arch_lines}  ffn    = 4 * hidden
+{kv_line}{arch_lines}{attention_line}  ffn    = 4 * hidden
 
   layer embed : embedding
   layer block : transformer x {blocks}
@@ -124,7 +124,8 @@ VARIANTS = {
 
 class Case:
     def __init__(self, tp, pp, dp, schedule, zero=0, recompute="none", sp=False, kv_heads=4,
-                 precision="fp64", comm="local", llama=False, variant=None, vocab=512):
+                 precision="fp64", comm="local", llama=False, variant=None, vocab=512,
+                 attention="flash"):
         self.tp, self.pp, self.dp = tp, pp, dp
         self.schedule, self.zero, self.recompute, self.sp = schedule, zero, recompute, sp
         self.kv_heads, self.precision, self.comm = kv_heads, precision, comm
@@ -135,6 +136,8 @@ class Case:
         # 512 needs no padding at tp 1, 2 or 4; others are padded to a multiple of 128 * tp, and
         # the padding must change nothing.
         self.vocab = vocab
+        # FlashAttention (the language's default) or standard attention, which keeps the scores.
+        self.attention = attention
         # Interleaving 2 chunks over pp 4 needs 8 blocks; the reference then has 8 as well.
         self.blocks = 8 if schedule == "interleaved" and pp == 4 else 4
 
@@ -143,7 +146,8 @@ class Case:
         return self.tp * self.pp * self.dp
 
     def model_key(self):
-        return (self.blocks, self.kv_heads, self.precision, self.llama, self.variant, self.vocab)
+        return (self.blocks, self.kv_heads, self.precision, self.llama, self.variant, self.vocab,
+                self.attention)
 
     def name(self):
         parts = [f"tp{self.tp} pp{self.pp} dp{self.dp} {self.schedule}"]
@@ -163,6 +167,8 @@ class Case:
             parts.append(f"{self.blocks}blk")
         if self.vocab != 512:
             parts.append(f"vocab{self.vocab}")
+        if self.attention != "flash":
+            parts.append(self.attention)
         parts.append(self.precision)
         if self.comm != "local":
             parts.append(self.comm)
@@ -174,6 +180,8 @@ class Case:
         return MODEL.format(eps=ADAM_EPS[self.precision], kv_line=f"  kv_heads = {self.kv_heads}\n" if self.kv_heads != 4 else "",
                             arch_lines=(llama_lines if self.llama else "") +
                             VARIANTS.get(self.variant, ""),
+                            attention_line=("" if self.attention == "flash"
+                                            else f"  attention = {self.attention}\n"),
                             blocks=self.blocks, vocab=self.vocab, world=self.world, tp=self.tp,
                             pp=self.pp,
                             dp=self.dp, schedule_text=schedule_text, zero=self.zero,
@@ -237,6 +245,11 @@ def build_cases(with_mpi):
         Case(4, 2, 1, "interleaved", 0, "selective", True, vocab=256),
         Case(2, 2, 1, "1f1b", vocab=50257),
     ]
+    # Standard attention (the saved probabilities instead of the logsumexp).
+    cases += [
+        Case(2, 2, 2, "interleaved", 2, "none", True, attention="standard"),
+        Case(2, 1, 2, "1f1b", 3, "selective", kv_heads=2, attention="standard", llama=True),
+    ]
     # Mixed precision's path (gradients wider than the weights, master weights) on the CPU.
     cases += [
         Case(2, 2, 2, "1f1b", precision="mixed"),
@@ -293,7 +306,8 @@ def references_for(cases):
     for case in cases:
         references.setdefault(case.model_key(), Case(1, 1, 1, "1f1b", kv_heads=case.kv_heads,
                                                       precision=case.precision, llama=case.llama,
-                                                      variant=case.variant, vocab=case.vocab))
+                                                      variant=case.variant, vocab=case.vocab,
+                                                      attention=case.attention))
         references[case.model_key()].blocks = case.blocks
     return references
 

@@ -81,6 +81,11 @@ template <typename T> void checkReduceScatterAndAllGather() {
       EXPECT_TRUE(bitwiseEqual(output, std::vector<T>(full.begin() + position * part,
                                                       full.begin() + (position + 1) * part)))
           << "reduce_scatter, rank " << comm->rank() << " group " << formatGroup(Groups[g]);
+      comm->reduceScatter(Groups[g], input.data(), input.data() + position * part, part);
+      EXPECT_TRUE(bitwiseEqual(std::vector<T>(input.begin() + position * part,
+                                              input.begin() + (position + 1) * part),
+                               output))
+          << "reduce_scatter in place, rank " << comm->rank();
 
       std::vector<T> mine = inputOf<T>(comm->rank(), part, seed);
       std::vector<T> gathered(part * members, T(-1));

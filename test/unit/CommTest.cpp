@@ -107,6 +107,12 @@ template <typename T> void checkReduceScatter(int64_t world) {
                                 full.begin() + (position + 1) * part);
         EXPECT_TRUE(bitwiseEqual(output, expected))
             << "group " << formatGroup(groups[g]) << " part " << part;
+        // In place, as ZeRO reduces a bucket: the member's part of the input is its output.
+        comm.reduceScatter(groups[g], input.data(), input.data() + position * part, part);
+        EXPECT_TRUE(bitwiseEqual(std::vector<T>(input.begin() + position * part,
+                                                input.begin() + (position + 1) * part),
+                                 expected))
+            << "in place, group " << formatGroup(groups[g]) << " part " << part;
       }
     }
   }));

@@ -89,9 +89,15 @@ template <typename T> void checkCollectives(CudaCommunicator &comm, uint64_t see
         DeviceVector<T> output{std::vector<T>(count)};
         comm.reduceScatter(group, input.get(), output.get(), count, op);
         std::vector<T> folded = serialFold<T>(group, count * members, seed, op);
-        EXPECT_TRUE(bitwiseEqual(output.read(comm),
-                                 std::vector<T>(folded.begin() + position * count,
-                                                folded.begin() + (position + 1) * count)));
+        std::vector<T> mine(folded.begin() + position * count,
+                            folded.begin() + (position + 1) * count);
+        EXPECT_TRUE(bitwiseEqual(output.read(comm), mine));
+        // In place, as ZeRO reduces a bucket: the member's part of the input is its output.
+        comm.reduceScatter(group, input.get(), input.get() + position * count, count, op);
+        std::vector<T> reduced = input.read(comm);
+        EXPECT_TRUE(bitwiseEqual(std::vector<T>(reduced.begin() + position * count,
+                                                reduced.begin() + (position + 1) * count),
+                                 mine));
       }
       // all_gather out of place, then in place (the input is the member's own part)
       DeviceVector<T> part(inputOf<T>(rank, count, seed));

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <functional>
 #include <iostream>
 
@@ -107,6 +108,44 @@ int64_t localElements(const plan::RankPlan &plan) {
   return total;
 }
 
+/// The elements of every ZeRO partition the rank's schedule defines, in order of appearance.
+std::vector<int64_t> partitionSizes(const plan::RankPlan &plan) {
+  std::map<std::string, int64_t> numel;
+  for (const plan::ParamShard &param : plan.params) {
+    int64_t n = 1;
+    for (const plan::Slice &s : param.slice)
+      n *= s.size;
+    numel[param.name] = n;
+  }
+  std::vector<std::vector<std::string>> seen;
+  std::vector<int64_t> sizes;
+  for (const plan::Instr &instr : plan.schedule) {
+    if (instr.op == plan::InstrKind::AllReduceGrads || !plan::usesParams(instr.op) ||
+        std::find(seen.begin(), seen.end(), instr.params) != seen.end())
+      continue;
+    seen.push_back(instr.params);
+    int64_t n = 0;
+    for (const std::string &name : instr.params)
+      n += numel[name];
+    sizes.push_back(n);
+  }
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
+
+/// The buckets the ZeRO policy forms from the memory model's units of one stage.
+std::vector<int64_t> modelBuckets(const Program &program, const Mapping &mapping,
+                                  int64_t stage) {
+  ZeroPolicy policy = zeroPolicy(program.parallel, mapping.dp);
+  std::vector<int64_t> sizes;
+  for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk)
+    for (const ZeroBucket &bucket :
+         policy.buckets(virtualStageUnits(program.model, mapping, chunk * mapping.pp + stage)))
+      sizes.push_back(bucket.elements);
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
+
 void expectLowers(const Knobs &knobs) {
   Compiled job = compileText(jobText(knobs));
   ASSERT_TRUE(job.mapping) << describe(knobs) << "\n" << job.diagnostics;
@@ -117,9 +156,12 @@ void expectLowers(const Knobs &knobs) {
   if (knobs.kvHeads < knobs.tp)
     return; // replicated key/value heads are held more than once
   MemoryEstimate memory = estimateMemory(*job.program, *job.mapping);
-  for (const plan::RankPlan &plan : *plans)
+  for (const plan::RankPlan &plan : *plans) {
     EXPECT_EQ(localElements(plan), memory.stages[plan.coords.pp].paramsPerRank)
         << describe(knobs) << ", rank " << plan.rank;
+    EXPECT_EQ(partitionSizes(plan), modelBuckets(*job.program, *job.mapping, plan.coords.pp))
+        << describe(knobs) << ", rank " << plan.rank;
+  }
 }
 
 } // namespace

@@ -334,3 +334,37 @@ TEST(CostModel, DataParallelVolumeByZeROStage) {
   EXPECT_DOUBLE_EQ(dpBytes(2), base);
   EXPECT_DOUBLE_EQ(dpBytes(3), 1.5 * base);
 }
+
+TEST(ZeroPolicy, BucketsAreWholeLayersWithTheEmbeddingAlone) {
+  ParallelSpec parallel;
+  parallel.zero = 2;
+  parallel.bucketSize = 100;
+  ZeroPolicy policy = zeroPolicy(parallel, 4);
+  EXPECT_TRUE(policy.shardsGrads());
+  EXPECT_FALSE(policy.shardsWeights());
+  EXPECT_EQ(policy.gradReduction(), GradReduction::ReduceScatterPerMicrobatch);
+  using K = ParamUnitKind;
+  // Backward order: head, final norm, blocks 2, 1, 0, positions, word embedding.
+  std::vector<ParamUnit> units = {{K::Head, -1, 500}, {K::FinalNorm, -1, 10},
+                                  {K::Block, 2, 60},  {K::Block, 1, 60},
+                                  {K::Block, 0, 60},  {K::PositionEmbedding, -1, 7},
+                                  {K::WordEmbedding, -1, 500}};
+  std::vector<ZeroBucket> buckets = policy.buckets(units);
+  // The head alone; norm + block 2 + block 1 reach 100; block 0 and the positions; the word
+  // embedding alone. Each padded to a multiple of dp = 4.
+  ASSERT_EQ(buckets.size(), 4u);
+  EXPECT_EQ(buckets[0].elements, 500);
+  EXPECT_EQ(buckets[1].elements, 130);
+  EXPECT_EQ(buckets[1].perMember, 33);
+  EXPECT_EQ(buckets[1].padded(4), 132);
+  EXPECT_EQ(buckets[2].elements, 67);
+  EXPECT_EQ(buckets[3].elements, 500);
+  EXPECT_EQ(buckets[3].first, 6u);
+  // Nothing to partition with one data-parallel rank.
+  EXPECT_TRUE(zeroPolicy(parallel, 1).buckets(units).empty());
+  parallel.zero = 1;
+  EXPECT_EQ(zeroPolicy(parallel, 4).gradReduction(), GradReduction::ReduceScatterPerStep);
+  parallel.zero = 3;
+  EXPECT_TRUE(zeroPolicy(parallel, 4).gathersWeightsAroundUse());
+  EXPECT_FALSE(zeroPolicy(parallel, 4).gathersWeightsAfterStep());
+}

@@ -111,6 +111,7 @@ public:
   /// `input` holds `countPerMember * group.size()` elements; member i receives the fold of
   /// part i, elements [i * countPerMember, (i + 1) * countPerMember). Padding a buffer to a
   /// multiple of the group size is the caller's business (the plan's ZeRO partitions say how).
+  /// `output` may be the caller's own part of `input` (ZeRO's reduction of a bucket in place).
   void reduceScatter(Group group, ReduceOp op, ElementType type, const void *input, void *output,
                      size_t countPerMember);
   /// `output` holds `countPerMember * group.size()` elements, member i's input as part i.
