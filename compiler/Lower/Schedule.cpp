@@ -68,7 +68,11 @@ struct Slot {
 /// lives on another stage.
 class StageEmitter {
 public:
-  StageEmitter(const PipelineConfig &config, int64_t stage) : config(config), stage(stage) {}
+  StageEmitter(const PipelineConfig &config, int64_t stage) : config(config), stage(stage) {
+    // A forward and a backward per microbatch and chunk, each with at most a receive and a
+    // send: reserving it keeps the schedule of a deep pipeline from reallocating.
+    ops.reserve(size_t(6 * config.microbatches * config.chunks));
+  }
 
   void forward(Slot slot) { append(PipeOpKind::Forward, slot, -1); }
   void backward(Slot slot) { append(PipeOpKind::Backward, slot, -1); }
@@ -131,6 +135,7 @@ struct Compute {
 /// runtime keeps one queue of saved activations whatever the schedule.
 std::vector<Compute> gpipeOrder(const PipelineConfig &config) {
   std::vector<Compute> order;
+  order.reserve(size_t(2 * config.microbatches));
   for (int64_t mb = 0; mb < config.microbatches; ++mb)
     order.push_back({true, mb});
   for (int64_t mb = 0; mb < config.microbatches; ++mb)
@@ -144,6 +149,7 @@ std::vector<Compute> oneFOneBOrder(const PipelineConfig &config, int64_t stage) 
   int64_t warmup = std::min(config.stages - stage - 1, config.microbatches);
   int64_t steady = config.microbatches - warmup;
   std::vector<Compute> order;
+  order.reserve(size_t(2 * config.microbatches));
   for (int64_t mb = 0; mb < warmup; ++mb)
     order.push_back({true, mb});
   for (int64_t i = 0; i < steady; ++i) {
