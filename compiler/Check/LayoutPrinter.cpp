@@ -22,11 +22,7 @@ void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostre
   const ParallelSpec &par = program.parallel;
   os << "layout world " << layout.world() << ", nodes " << program.cluster.nodes
      << " x gpus_per_node " << layout.gpusPerNode << ", tp " << layout.tp << " pp " << layout.pp
-     << " dp " << layout.dp;
-  bool experts = program.model.hasExperts();
-  if (experts)
-    os << " ep " << layout.ep;
-  os << ", order " << orderText(par.order) << "\n";
+     << " dp " << layout.dp << ", order " << orderText(par.order) << "\n";
   bool tied = program.model.tiedHead();
   for (int64_t rank = 0; rank < layout.world(); ++rank) {
     Coords c = layout.coordsOf(rank);
@@ -37,10 +33,6 @@ void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostre
     printGroup("pp", layout.ppGroup(rank), layout, os);
     printGroup("model", layout.modelGroup(rank), layout, os);
     printGroup("embedding", layout.embeddingGroup(rank, tied), layout, os);
-    if (experts) {
-      printGroup("ep", layout.epGroup(rank), layout, os);
-      printGroup("expert_dp", layout.expertDataGroup(rank), layout, os);
-    }
     os << "\n";
   }
 }

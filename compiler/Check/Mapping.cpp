@@ -62,23 +62,6 @@ std::vector<int64_t> RankLayout::ppGroup(int64_t rank) const {
   return alongAxis(*this, rank, Axis::PP);
 }
 
-std::vector<int64_t> RankLayout::epGroup(int64_t rank) const {
-  Coords c = coordsOf(rank);
-  int64_t first = c.dp / ep * ep;
-  std::vector<int64_t> group;
-  for (c.dp = first; c.dp < first + ep; ++c.dp)
-    group.push_back(rankOf(c));
-  return group;
-}
-
-std::vector<int64_t> RankLayout::expertDataGroup(int64_t rank) const {
-  Coords c = coordsOf(rank);
-  std::vector<int64_t> group;
-  for (c.dp %= ep; c.dp < dp; c.dp += ep)
-    group.push_back(rankOf(c));
-  return group;
-}
-
 std::vector<int64_t> RankLayout::modelGroup(int64_t rank) const {
   Coords c = coordsOf(rank);
   std::vector<int64_t> group;
@@ -112,15 +95,7 @@ int64_t RankLayout::strideOf(Axis axis) const {
 }
 
 bool RankLayout::anyGroupCrossesNodes(Axis axis) const {
-  return anyRunCrossesNodes(sizeOf(axis), strideOf(axis));
-}
-
-bool RankLayout::anyExpertGroupCrossesNodes(bool expertData) const {
-  int64_t stride = strideOf(Axis::DP);
-  return expertData ? anyRunCrossesNodes(dp / ep, stride * ep) : anyRunCrossesNodes(ep, stride);
-}
-
-bool RankLayout::anyRunCrossesNodes(int64_t size, int64_t stride) const {
+  int64_t size = sizeOf(axis), stride = strideOf(axis);
   if (size == 1)
     return false;
   int64_t span = (size - 1) * stride;

@@ -83,8 +83,6 @@ private:
   void checkBatch();
   void checkSchedule();
   void checkFlags();
-  void checkExperts();
-  void checkExpertLayer(const LayerGroup &layer);
   void warnTensorAcrossNodes();
   void warnBubble();
   const LayerGroup &firstTransformer() const;
@@ -361,57 +359,6 @@ void MappingChecker::checkFlags() {
   }
 }
 
-/// Expert parallelism splits every MoE block's experts over ep ranks carved from the
-/// data-parallel group, each expert split over tp like a dense MLP (Megatron-Core's expert
-/// tensor parallelism = tp).
-void MappingChecker::checkExperts() {
-  mapping.ep = par.ep;
-  for (const LayerGroup &g : model.layers)
-    if (g.kind == LayerGroup::Transformer && g.moe.enabled())
-      checkExpertLayer(g);
-  if (par.ep == 1)
-    return;
-  if (!model.hasExperts()) {
-    error("parallel.ep", "ep = " + str(par.ep) + " splits experts over ranks, but model '" +
-                             model.name + "' has no mixture-of-experts block; set ep = 1 or "
-                             "give a transformer layer experts");
-    return;
-  }
-  if (dpKnown && mapping.dp % par.ep != 0) {
-    error("parallel.ep", "ep = " + str(par.ep) + " does not divide dp = " + str(mapping.dp) +
-                             ": expert-parallel groups are carved from the data-parallel "
-                             "ranks; use ep = " +
-                             divisorsUpTo(mapping.dp, mapping.dp));
-    noteField("parallel.dp", mapping.dp);
-  }
-}
-
-void MappingChecker::checkExpertLayer(const LayerGroup &g) {
-  const MoESpec &moe = g.moe;
-  auto layerError = [&](const std::string &message) {
-    diags.error(g.range, "layer '" + g.name + "' " + message);
-    failed = true;
-  };
-  if (moe.topK > moe.experts)
-    layerError("routes each token to top_k = " + str(moe.topK) + " of its " + str(moe.experts) +
-               " experts; use top_k <= experts");
-  if (moe.experts % par.ep != 0) {
-    layerError("has " + str(moe.experts) + " experts, which ep = " + str(par.ep) +
-               " does not split: every expert-parallel rank holds the same number of whole "
-               "experts; use ep = " +
-               divisorsUpTo(moe.experts, moe.experts));
-    noteField("parallel.ep", par.ep);
-  }
-  if (moe.ffn % par.tp != 0)
-    layerError("has moe_ffn = " + str(moe.ffn) + ", which tp = " + str(par.tp) +
-               " does not split: each expert's columns split evenly over tensor-parallel "
-               "ranks; use tp = " +
-               divisorsUpTo(moe.ffn, std::max(par.tp, cluster.gpusPerNode)));
-  else if (moe.sharedFfn() % par.tp != 0)
-    layerError("has shared experts of " + str(moe.sharedFfn()) + " columns, which tp = " +
-               str(par.tp) + " does not split evenly");
-}
-
 /// Megatron's tensor parallelism all-reduces each layer's activations twice in the forward
 /// (after attention and after the MLP) and twice in the backward; sequence parallelism turns
 /// each into an all-gather and a reduce-scatter of the same ring cost.
@@ -485,10 +432,8 @@ std::optional<Mapping> MappingChecker::run() {
   checkBatch();
   checkSchedule();
   checkFlags();
-  checkExperts();
   if (dpKnown) {
     mapping.layout = RankLayout(par.tp, par.pp, mapping.dp, par.order, cluster.gpusPerNode);
-    mapping.layout.ep = mapping.dp % par.ep == 0 ? par.ep : 1;
     warnTensorAcrossNodes();
   }
   warnBubble();

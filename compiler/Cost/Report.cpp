@@ -19,14 +19,12 @@ using GroupFn = std::function<std::vector<int64_t>(int64_t)>;
 
 /// Every group of one kind once, in the order of its lowest-coordinate rank: each is built
 /// from the rank whose coordinate along its axis is 0, so the whole list costs O(world).
-/// Expert groups (carved from dp) start at other coordinates too: `anyStart` looks at every
-/// rank.
 std::vector<std::vector<int64_t>> allGroups(const RankLayout &layout, Axis axis,
-                                            const GroupFn &groupOf, bool anyStart = false) {
+                                            const GroupFn &groupOf) {
   std::vector<std::vector<int64_t>> out;
   for (int64_t rank = 0, n = layout.world(); rank < n; ++rank) {
     Coords c = layout.coordsOf(rank);
-    if (!anyStart && (axis == Axis::TP ? c.tp : axis == Axis::PP ? c.pp : c.dp) != 0)
+    if ((axis == Axis::TP ? c.tp : axis == Axis::PP ? c.pp : c.dp) != 0)
       continue;
     std::vector<int64_t> g = groupOf(rank);
     if (!g.empty() && g.front() == rank)
@@ -39,7 +37,6 @@ struct GroupKind {
   const char *name;
   Axis axis; // the coordinate that varies within a group
   GroupFn groupOf;
-  bool anyStart = false; // see allGroups
 };
 
 std::vector<GroupKind> groupKinds(const Program &program, const Mapping &mapping) {
@@ -52,11 +49,6 @@ std::vector<GroupKind> groupKinds(const Program &program, const Mapping &mapping
   if (program.model.tiedHead() && mapping.pp > 1)
     kinds.push_back(
         {"embedding", Axis::PP, [&layout](int64_t r) { return layout.embeddingGroup(r, true); }});
-  if (program.model.hasExperts()) {
-    kinds.push_back({"ep", Axis::DP, [&layout](int64_t r) { return layout.epGroup(r); }, true});
-    kinds.push_back(
-        {"expert_dp", Axis::DP, [&layout](int64_t r) { return layout.expertDataGroup(r); }, true});
-  }
   return kinds;
 }
 
@@ -122,66 +114,9 @@ std::string duration(double seconds) {
 
 /// The parts of the breakdown with their names, in the order the report prints them.
 std::vector<std::pair<const char *, double>> breakdownParts(const StepBreakdown &b) {
-  std::vector<std::pair<const char *, double>> parts = {
-      {"compute", b.compute}, {"recompute", b.recompute}, {"bubble", b.bubble},
-      {"tp", b.tp},           {"pp", b.pp},               {"dp", b.dp}};
-  if (b.ep > 0)
-    parts.push_back({"ep", b.ep});
-  parts.push_back({"optimizer", b.optimizer});
-  return parts;
-}
-
-/// What one MoE block holds and moves on one rank per microbatch, for the report.
-struct ExpertSummary {
-  const LayerGroup *block = nullptr; // the first MoE group
-  int64_t moeBlocks = 0, expertsPerRank = 0;
-  int64_t fewestExperts = 0, mostExperts = 0; // over the MoE groups
-  ExpertRows rows;
-  double worstExtra = 0; // on the stage where it is largest
-};
-
-ExpertSummary expertSummary(const Program &program, const Mapping &mapping,
-                            const MemoryEstimate &memory) {
-  ExpertSummary s;
-  for (const LayerGroup &g : program.model.layers)
-    if (g.kind == LayerGroup::Transformer && g.moe.enabled()) {
-      s.block = s.block ? s.block : &g;
-      s.moeBlocks += g.count;
-      s.fewestExperts = s.fewestExperts ? std::min(s.fewestExperts, g.moe.experts) : g.moe.experts;
-      s.mostExperts = std::max(s.mostExperts, g.moe.experts);
-    }
-  if (!s.block)
-    return s;
-  s.expertsPerRank = s.block->moe.experts / mapping.ep;
-  s.rows = expertRows(s.block->moe, double(program.model.seq) * double(mapping.microBatch),
-                      mapping.ep);
-  for (const StageMemory &m : memory.stages)
-    s.worstExtra = std::max(s.worstExtra, m.expertWorstCase);
-  return s;
-}
-
-void printExperts(const Program &program, const Mapping &mapping, const MemoryEstimate &memory,
-                  llvm::raw_ostream &os) {
-  ExpertSummary s = expertSummary(program, mapping, memory);
-  if (!s.block)
-    return;
-  const MoESpec &moe = s.block->moe;
-  const double active = double(activeParams(program.model, mapping.paddedVocab));
-  os << "experts: " << s.moeBlocks << " MoE blocks; " << paramCount(active)
-     << " parameters active per token; ep " << mapping.ep << ", expert dp " << mapping.expertDp()
-     << "\n";
-  const bool mixed = s.mostExperts != s.fewestExperts;
-  os << "  " << (mixed ? "layer '" + s.block->name + "': " : "") << moe.experts << " experts, top_k "
-     << moe.topK << ", " << s.expertsPerRank << (s.expertsPerRank == 1 ? " expert" : " experts")
-     << " per rank\n";
-  os << "  expert tokens per rank, MoE block and microbatch: "
-     << formatNumber("%.0f", s.rows.expected) << " rows balanced, at most "
-     << formatNumber("%.0f", s.rows.bound) << " "
-     << (moe.dropless() ? "dropless" : "with capacity " + formatNumber("%g", moe.capacity))
-     << "; that worst case adds " << formatBytes(s.worstExtra) << " of activations to a rank";
-  if (moe.dropless() && s.worstExtra > 0)
-    os << " (a capacity factor bounds it)";
-  os << "\n";
+  return {{"compute", b.compute}, {"recompute", b.recompute}, {"bubble", b.bubble},
+          {"tp", b.tp},           {"pp", b.pp},               {"dp", b.dp},
+          {"optimizer", b.optimizer}};
 }
 
 void printStepTime(const CostEstimate &cost, const Program &program, llvm::raw_ostream &os) {
@@ -219,7 +154,7 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
   std::vector<std::vector<std::string>> rows = {
       {"group", "ranks", "groups", "rank 0's group", "link"}};
   for (const GroupKind &kind : groupKinds(program, mapping)) {
-    auto groups = allGroups(layout, kind.axis, kind.groupOf, kind.anyStart);
+    auto groups = allGroups(layout, kind.axis, kind.groupOf);
     std::vector<int64_t> own = kind.groupOf(0);
     rows.push_back({kind.name, std::to_string(own.size()), std::to_string(groups.size()),
                     ranksText(own),
@@ -233,7 +168,6 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
      << " without the padding (vocab " << model.vocab << " padded to " << mapping.paddedVocab
      << "), "
      << mapping.globalBatch << " sequences of " << model.seq << " tokens per step\n";
-  printExperts(program, mapping, memory, os);
   os << "pipeline: " << mapping.microbatches << " microbatches of " << mapping.microBatch
      << " per step, schedule " << par.scheduleText() << ", bubble fraction "
      << formatNumber("%.4f", cost.bubbleFraction) << "\n";
@@ -302,7 +236,7 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
 
   llvm::json::Object groups, links;
   for (const GroupKind &kind : groupKinds(program, mapping)) {
-    auto all = allGroups(layout, kind.axis, kind.groupOf, kind.anyStart);
+    auto all = allGroups(layout, kind.axis, kind.groupOf);
     llvm::json::Array list;
     for (const std::vector<int64_t> &g : all)
       list.push_back(llvm::json::Array(g));
@@ -344,7 +278,7 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
   breakdown["critical_stage"] = cost.criticalStage;
 
   const ParallelSpec &par = program.parallel;
-  llvm::json::Object out{
+  return llvm::json::Object{
       {"model", program.model.name},
       {"cluster", program.cluster.name},
       {"world", layout.world()},
@@ -380,22 +314,6 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
       {"tokens_per_second", cost.tokensPerSecond},
       {"train_time_s", cost.trainSeconds > 0 ? llvm::json::Value(cost.trainSeconds) : nullptr},
   };
-  if (ExpertSummary e = expertSummary(program, mapping, memory); e.block) {
-    out["ep"] = mapping.ep;
-    out["experts"] = llvm::json::Object{
-        {"moe_blocks", e.moeBlocks},
-        {"experts", e.block->moe.experts},
-        {"top_k", e.block->moe.topK},
-        {"experts_per_rank", e.expertsPerRank},
-        {"expert_dp", mapping.expertDp()},
-        {"active_params", activeParams(program.model, mapping.paddedVocab)},
-        {"rows_balanced", e.rows.expected},
-        {"rows_bound", e.rows.bound},
-        {"dropless", e.block->moe.dropless()},
-        {"worst_case_extra_bytes", bytes(e.worstExtra)},
-    };
-  }
-  return out;
 }
 
 llvm::json::Object breakdownToJSON(const StepBreakdown &breakdown) {

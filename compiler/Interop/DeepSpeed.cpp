@@ -65,7 +65,6 @@ void DeepSpeedExport::checkJob() {
   check.checkOrder(/*tpPpDpAllowed=*/false);
   check.checkSchedule(/*interleavedAllowed=*/false);
   check.checkGradDtype();
-  check.checkExperts();
   if (mapping.pp > 1 && par.zero >= 2)
     check.refuse("parallel.zero", "zero = " + std::to_string(par.zero) +
                                       " with pp = " + std::to_string(mapping.pp) +

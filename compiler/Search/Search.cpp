@@ -90,7 +90,7 @@ struct ScheduleChoice {
 
 /// Every field's values, each independent of the others so that the space is their product.
 struct Domains {
-  std::vector<int64_t> tp, pp, ep, mb, sp, recompute, zero, order;
+  std::vector<int64_t> tp, pp, mb, sp, recompute, zero, order;
   std::vector<ScheduleChoice> schedules;
 
   Domains(const Program &program) {
@@ -100,9 +100,6 @@ struct Domains {
     std::vector<int64_t> worldDivisors = divisorsOf(world);
     tp = valuesOf(space.tp, worldDivisors, par.tp);
     pp = valuesOf(space.pp, worldDivisors, par.pp);
-    // Without experts ep is 1 whatever `auto` allows.
-    ep = program.model.hasExperts() ? valuesOf(space.ep, worldDivisors, par.ep)
-                                    : std::vector<int64_t>{1};
     mb = valuesOf(space.microBatch, divisorsOf(par.globalBatch), par.microBatch);
     sp = valuesOf(space.sequenceParallel, {0, 1}, par.sequenceParallel);
     recompute = valuesOf(space.recompute, {0, 1, 2}, int64_t(par.recompute));
@@ -135,7 +132,7 @@ struct Domains {
 
 /// A feasible candidate, small enough to keep by the hundred thousand.
 struct Scored {
-  int64_t tp, pp, dp, ep, mb, chunks;
+  int64_t tp, pp, dp, mb, chunks;
   uint8_t kind, zero, recompute, sp, order;
   double bound, bytes;
   int64_t crossing; // ranks of the groups that span nodes, for ties
@@ -146,7 +143,6 @@ ParallelSpec specOf(const ParallelSpec &base, const Scored &s) {
   p.tp = s.tp;
   p.pp = s.pp;
   p.dp = s.dp;
-  p.ep = s.ep;
   p.dpAuto = false;
   p.microBatch = s.mb;
   p.schedule = ScheduleKind(s.kind);
@@ -202,15 +198,13 @@ public:
 
 private:
   size_t below(size_t level) const {
-    size_t sizes[] = {d.ep.size(), d.mb.size(), d.sp.size(), d.schedules.size(), d.recompute.size(),
+    size_t sizes[] = {d.mb.size(), d.sp.size(), d.schedules.size(), d.recompute.size(),
                       d.zero.size(), d.order.size()};
     size_t n = 1;
     for (size_t i = level; i < std::size(sizes); ++i)
       n *= sizes[i];
     return n;
   }
-  /// Every candidate with this tp, pp and ep.
-  void runWithExperts(int64_t tp, int64_t pp, int64_t ep, int64_t padded, Tally &t);
   void scoreOrders(Program &p, Mapping &m, Scored s, Tally &t);
 
   const Program &program;
@@ -232,35 +226,17 @@ void Enumerator::run(int64_t tp, int64_t pp, Tally &t) {
     t.reject(Rejection::DoesNotDivide, int64_t(below(0)));
     return;
   }
-  for (int64_t ep : d.ep) {
-    if (!expertParallelSplits(program.model, ep, dp))
-      t.reject(Rejection::DoesNotDivide, int64_t(below(1)));
-    else
-      runWithExperts(tp, pp, ep, *padded, t);
-  }
-  // Only the few closest misses are ever shown.
-  auto byBytes = [](const Scored &a, const Scored &b) { return a.bytes < b.bytes; };
-  std::sort(t.overflowing.begin(), t.overflowing.end(), byBytes);
-  if (t.overflowing.size() > 8)
-    t.overflowing.resize(8);
-}
-
-void Enumerator::runWithExperts(int64_t tp, int64_t pp, int64_t ep, int64_t padded, Tally &t) {
-  const int64_t world = program.cluster.world(), blocks = program.model.numBlocks();
-  const ParallelSpec &base = program.parallel;
-  const int64_t dp = world / (tp * pp);
   Program p = program;
-  p.parallel.ep = ep;
   std::optional<PureFamily> family = familyOf(tp, pp, dp);
   for (int64_t mb : d.mb) {
     if (base.globalBatch % (mb * dp) != 0) {
-      t.reject(Rejection::DoesNotDivide, int64_t(below(2)));
+      t.reject(Rejection::DoesNotDivide, int64_t(below(1)));
       continue;
     }
     const int64_t microbatches = base.globalBatch / (mb * dp);
     for (int64_t sp : d.sp) {
       if (sp && !sequenceParallelSplits(program.model, tp)) {
-        t.reject(Rejection::SequenceParallel, int64_t(below(3)));
+        t.reject(Rejection::SequenceParallel, int64_t(below(2)));
         continue;
       }
       for (const ScheduleChoice &sched : d.schedules) {
@@ -274,7 +250,7 @@ void Enumerator::runWithExperts(int64_t tp, int64_t pp, int64_t ep, int64_t padd
         if (!partition) {
           t.reject(pipelineRule || interleaved ? Rejection::ScheduleRule
                                                : Rejection::DoesNotDivide,
-                   int64_t(below(4)));
+                   int64_t(below(3)));
           continue;
         }
         for (int64_t rc : d.recompute)
@@ -293,9 +269,9 @@ void Enumerator::runWithExperts(int64_t tp, int64_t pp, int64_t ep, int64_t padd
             par.zero = int(zero);
             par.recompute = Recompute(rc);
             par.sequenceParallel = sp;
-            Mapping m = makeMapping(p, dp, *partition, padded);
+            Mapping m = makeMapping(p, dp, *partition, *padded);
             double bytes = estimateMemory(p, m).maxRankBytes();
-            Scored s{tp, pp, dp, ep, mb, par.chunks, uint8_t(sched.kind), uint8_t(zero),
+            Scored s{tp, pp, dp, mb, par.chunks, uint8_t(sched.kind), uint8_t(zero),
                      uint8_t(rc), uint8_t(sp), 0, 0, bytes, 0};
             if (family)
               ++t.familySeen[size_t(*family)];
@@ -314,13 +290,17 @@ void Enumerator::runWithExperts(int64_t tp, int64_t pp, int64_t ep, int64_t padd
       }
     }
   }
+  // Only the few closest misses are ever shown.
+  auto byBytes = [](const Scored &a, const Scored &b) { return a.bytes < b.bytes; };
+  std::sort(t.overflowing.begin(), t.overflowing.end(), byBytes);
+  if (t.overflowing.size() > 8)
+    t.overflowing.resize(8);
 }
 
 void Enumerator::scoreOrders(Program &p, Mapping &m, Scored s, Tally &t) {
   for (int64_t order : d.order) {
     p.parallel.order = allOrders()[size_t(order)];
     m.layout = RankLayout(s.tp, s.pp, s.dp, p.parallel.order, program.cluster.gpusPerNode);
-    m.layout.ep = m.ep;
     s.order = uint8_t(order);
     s.bound = stepLowerBound(p, m, buildWorkTable(p, m));
     s.crossing = crossingRanks(m.layout);
@@ -375,7 +355,7 @@ std::array<int, 3> canonicalOrder(const Scored &s) {
 /// Everything that tells two candidates apart, for a total order of ties and to drop
 /// orders that are the same layout.
 auto identity(const Scored &s) {
-  return std::make_tuple(s.tp, s.pp, s.dp, s.ep, s.mb, s.kind, s.chunks, s.zero, s.recompute, s.sp,
+  return std::make_tuple(s.tp, s.pp, s.dp, s.mb, s.kind, s.chunks, s.zero, s.recompute, s.sp,
                          canonicalOrder(s), s.order);
 }
 
@@ -391,7 +371,7 @@ bool before(const Scored &a, const Scored &b) {
 
 bool sameLayout(const Scored &a, const Scored &b) {
   auto ia = identity(a), ib = identity(b);
-  std::get<11>(ia) = std::get<11>(ib) = 0; // the order, as written
+  std::get<10>(ia) = std::get<10>(ib) = 0;
   return ia == ib;
 }
 

@@ -106,7 +106,6 @@ llvm::json::Object candidateJSON(const Candidate &c) {
       {"tp", p.tp},
       {"pp", p.pp},
       {"dp", p.dp},
-      {"ep", p.ep},
       {"micro_batch", p.microBatch},
       {"schedule", p.scheduleText()},
       {"zero", p.zero},
@@ -127,8 +126,7 @@ llvm::json::Object candidateJSON(const Candidate &c) {
 
 std::string mappingText(const ParallelSpec &p) {
   std::string s = "tp " + std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", dp " +
-                  std::to_string(p.dp) + (p.ep > 1 ? ", ep " + std::to_string(p.ep) : "") +
-                  ", micro_batch " + std::to_string(p.microBatch) +
+                  std::to_string(p.dp) + ", micro_batch " + std::to_string(p.microBatch) +
                   ", " + p.scheduleText() + ", zero " + std::to_string(p.zero) +
                   ", recompute " + toString(p.recompute);
   if (p.sequenceParallel)
@@ -168,15 +166,7 @@ void printSearch(const SearchResult &r, const Program &program, llvm::raw_ostrea
        "tokens/s", "MFU", "memory", "of GPU", "bubble", "exposed comm"}};
   for (size_t i = 0; i < r.top.size(); ++i)
     rows.push_back(row(i + 1, r.top[i], program));
-  std::string align = "rrrrrlrlllrrrrrrr";
-  // A model with experts has an ep column after dp.
-  if (program.model.hasExperts()) {
-    rows[0].insert(rows[0].begin() + 4, "ep");
-    for (size_t i = 0; i < r.top.size(); ++i)
-      rows[i + 1].insert(rows[i + 1].begin() + 4, std::to_string(r.top[i].parallel.ep));
-    align.insert(align.begin() + 4, 'r');
-  }
-  printTable(os, rows, align);
+  printTable(os, rows, "rrrrrlrlllrrrrrrr");
 
   os << "\nDP vs TP vs PP, the best mapping of each single axis:\n";
   for (size_t f = 0; f < kPureFamilies; ++f) {

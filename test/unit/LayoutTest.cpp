@@ -241,44 +241,4 @@ TEST(CheckMapping, ReportsEveryViolationAndReturnsNothing) {
   EXPECT_NE(c.diagnostics.find("global_batch = 3"), std::string::npos) << c.diagnostics;
 }
 
-/// Megatron-Core's expert rank generator (parallel_state.py, order tp-cp-ep-dp-pp with cp 1
-/// and expert tp = tp): rank = tp + TP (ep + EP (edp + EDP pp)).
-TEST(RankLayout, ExpertGroupsAreMegatronCoreExpertRanks) {
-  const int64_t TP = 2, EP = 4, EDP = 2, PP = 2;
-  RankLayout layout(TP, PP, EP * EDP, {Axis::TP, Axis::DP, Axis::PP}, 8);
-  layout.ep = EP;
-  auto megatron = [&](int64_t t, int64_t e, int64_t d, int64_t p) {
-    return t + TP * (e + EP * (d + EDP * p));
-  };
-  for (int64_t t = 0; t < TP; ++t)
-    for (int64_t e = 0; e < EP; ++e)
-      for (int64_t d = 0; d < EDP; ++d)
-        for (int64_t p = 0; p < PP; ++p) {
-          int64_t rank = megatron(t, e, d, p);
-          std::vector<int64_t> ep, edp;
-          for (int64_t i = 0; i < EP; ++i)
-            ep.push_back(megatron(t, i, d, p));
-          for (int64_t i = 0; i < EDP; ++i)
-            edp.push_back(megatron(t, e, i, p));
-          EXPECT_EQ(layout.epGroup(rank), ep) << "rank " << rank;
-          EXPECT_EQ(layout.expertDataGroup(rank), edp) << "rank " << rank;
-          EXPECT_EQ(layout.epRankOf(rank), e);
-        }
-}
-
-TEST(RankLayout, ExpertGroupsPartitionTheRanksInEveryOrder) {
-  for (const Order &order : allOrders()) {
-    RankLayout layout(2, 2, 8, order, 8);
-    layout.ep = 4;
-    expectPartition(layout, &RankLayout::epGroup, 4, "ep " + name(order));
-    expectPartition(layout, &RankLayout::expertDataGroup, 2, "expert_dp " + name(order));
-    for (int64_t r = 0; r < layout.world(); ++r) {
-      // Both are inside the rank's data-parallel group.
-      std::vector<int64_t> dp = layout.dpGroup(r);
-      for (int64_t member : layout.epGroup(r))
-        EXPECT_TRUE(std::count(dp.begin(), dp.end(), member)) << name(order);
-    }
-  }
-}
-
 } // namespace

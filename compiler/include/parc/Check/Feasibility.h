@@ -16,11 +16,8 @@
 
 namespace parc {
 
-/// tp splits every layer group's heads, key/value heads (or replicates whole ones), ffn and
-/// expert widths.
+/// tp splits every layer group's heads, key/value heads (or replicates whole ones) and ffn.
 bool tensorParallelSplits(const ModelSpec &model, int64_t tp);
-/// ep divides dp and every MoE block's experts (and is 1 without experts); top_k <= experts.
-bool expertParallelSplits(const ModelSpec &model, int64_t ep, int64_t dp);
 /// Sequence parallelism needs tp > 1 and seq a multiple of tp.
 bool sequenceParallelSplits(const ModelSpec &model, int64_t tp);
 /// The blocks of every virtual stage: an even split, or stage_layers' list; nullopt when the

@@ -16,7 +16,6 @@ namespace parc {
 /// Prints a header line (world, nodes, sizes, order), then for every rank
 ///   rank R node N local L coords tp=T pp=P dp=D | tp [..] LINK | dp [..] LINK | pp [..] LINK
 ///     | model [..] LINK | embedding [..] LINK
-/// and, for a model with mixture-of-experts blocks, `| ep [..] LINK | expert_dp [..] LINK`.
 /// where LINK is `intra` or `inter`, or `-` for a group of fewer than two ranks, which never
 /// communicates.
 void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostream &os);

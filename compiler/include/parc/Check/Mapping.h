@@ -39,15 +39,6 @@ public:
   std::vector<int64_t> tpGroup(int64_t rank) const;
   std::vector<int64_t> dpGroup(int64_t rank) const;
   std::vector<int64_t> ppGroup(int64_t rank) const;
-  /// Expert parallelism, as Megatron-Core's expert rank generator lays it out with expert
-  /// tensor parallelism = tp and the default order tp-cp-ep-dp-pp: ep carves runs of `ep`
-  /// consecutive data-parallel coordinates. The ep group holds one run (by coordinate), over
-  /// which tokens are exchanged; the expert-data-parallel group the ranks at the same position
-  /// of every run, which hold the same experts and reduce their gradients.
-  std::vector<int64_t> epGroup(int64_t rank) const;
-  std::vector<int64_t> expertDataGroup(int64_t rank) const;
-  /// This rank's position in its ep group: its experts are [epRank * E / ep, ...).
-  int64_t epRankOf(int64_t rank) const { return coordsOf(rank).dp % ep; }
   /// tp x pp: every rank holding a part of one model replica, in rank order.
   std::vector<int64_t> modelGroup(int64_t rank) const;
   /// First and last stage of the pp group when the head is tied and pp > 1; else empty.
@@ -57,8 +48,6 @@ public:
   /// True when some group along `axis` sits on more than one node. Costs at most
   /// min(world, gpusPerNode^2) steps, so that a huge cluster does not mean a huge loop.
   bool anyGroupCrossesNodes(Axis axis) const;
-  /// The same for the ep groups, or with `expertData` the expert-data-parallel groups.
-  bool anyExpertGroupCrossesNodes(bool expertData) const;
   int64_t sizeOf(Axis axis) const { return axis == Axis::TP ? tp : axis == Axis::PP ? pp : dp; }
   /// How far apart in rank numbers two neighbours along `axis` are.
   int64_t strideOf(Axis axis) const;
@@ -69,12 +58,6 @@ public:
 
   int64_t tp = 1, pp = 1, dp = 1, gpusPerNode = 1;
   std::array<Axis, 3> order = {Axis::TP, Axis::DP, Axis::PP};
-  int64_t ep = 1; // divides dp
-
-private:
-  /// Whether some run of `size` ranks `stride` apart, as the groups of an axis of that size
-  /// and stride are laid out, sits on more than one node.
-  bool anyRunCrossesNodes(int64_t size, int64_t stride) const;
 };
 
 /// Which transformer blocks each virtual pipeline stage holds. With `chunks` model chunks per
@@ -92,8 +75,6 @@ struct StagePartition {
 
 struct Mapping {
   int64_t tp = 1, pp = 1, dp = 1, chunks = 1;
-  int64_t ep = 1;        // expert parallelism, carved from dp
-  int64_t expertDp() const { return dp / ep; }
   int64_t microBatch = 1, globalBatch = 1;
   int64_t microbatches = 1; // M = global_batch / (micro_batch * dp)
   int64_t paddedVocab = 0;  // vocab rounded up to a multiple of 128 * tp (Megatron)

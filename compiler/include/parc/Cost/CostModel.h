@@ -21,9 +21,6 @@ namespace parc {
 
 /// Forward FLOPs of one transformer block for one token (matrix multiplies only).
 double blockForwardFlopsPerToken(const ModelSpec &model, const LayerGroup &block);
-/// The MLP weights one token's forward multiplies: the dense MLP's, or a MoE block's router,
-/// top_k experts and shared experts.
-double mlpWeightsPerToken(const ModelSpec &model, const LayerGroup &block);
 /// Forward FLOPs of the attention core (QK^T and the product with V) of one block per token:
 /// what selective recompute runs twice.
 double attentionCoreFlopsPerToken(const ModelSpec &model, const LayerGroup &block);
@@ -46,10 +43,9 @@ struct StepBreakdown {
   double bubble = 0;    // the stage idle in the pipeline's fill and drain
   double tp = 0, pp = 0, dp = 0; // communication no compute hides (dp: ZeRO, gradients, tied
                                  // embedding, parameter gather)
-  double ep = 0;                 // the expert-parallel all-to-alls
   double optimizer = 0;
 
-  double total() const { return compute + recompute + bubble + tp + pp + dp + ep + optimizer; }
+  double total() const { return compute + recompute + bubble + tp + pp + dp + optimizer; }
 };
 
 struct CostEstimate {
