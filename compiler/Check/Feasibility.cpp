@@ -21,8 +21,20 @@ bool tensorParallelSplits(const ModelSpec &model, int64_t tp) {
   return true;
 }
 
-bool sequenceParallelSplits(const ModelSpec &model, int64_t tp) {
-  return tp > 1 && model.seq % tp == 0;
+bool sequenceParallelSplits(const ModelSpec &model, int64_t tp, int64_t cp) {
+  return tp > 1 && cp >= 1 && model.seq % cp == 0 && model.seq / cp % tp == 0;
+}
+
+bool contextParallelSplits(const ModelSpec &model, int64_t cp) {
+  std::optional<int64_t> chunks = checkedMul(2, cp);
+  return cp == 1 || (chunks && model.seq % *chunks == 0);
+}
+
+bool orderNamesAxes(const RankOrder &order, const AxisSizes &sizes) {
+  for (Axis a : kAllAxes)
+    if (sizes[indexOf(a)] > 1 && !order.names(a))
+      return false;
+  return true;
 }
 
 std::optional<StagePartition> partitionBlocks(int64_t blocks, int64_t pp, int64_t chunks,
@@ -64,12 +76,13 @@ Mapping makeMapping(const Program &program, int64_t dp, StagePartition partition
   m.tp = par.tp;
   m.pp = par.pp;
   m.dp = dp;
+  m.cp = par.cp;
   m.chunks = par.schedule == ScheduleKind::Interleaved ? par.chunks : 1;
   m.microBatch = par.microBatch;
   m.globalBatch = par.globalBatch;
   m.microbatches = par.globalBatch / (par.microBatch * dp);
   m.paddedVocab = padded;
-  m.layout = RankLayout(par.tp, par.pp, dp, par.order, program.cluster.gpusPerNode);
+  m.layout = RankLayout(par.tp, par.pp, dp, par.order, program.cluster.gpusPerNode, par.cp);
   m.partition = std::move(partition);
   return m;
 }

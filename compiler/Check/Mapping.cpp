@@ -1,8 +1,8 @@
 //===- Mapping.cpp - Rank layout, process groups and stage partition ------===//
 //
-// The layout follows Megatron-LM's RankGenerator: a rank is a mixed-radix number whose digits
-// are the tp, dp and pp coordinates, least significant digit first in `order`. A group along
-// an axis is every rank that differs from this one only in that axis's digit.
+// The layout is Megatron-Core's RankGenerator (RankGrid): a rank is a mixed-radix number whose
+// digits are its coordinates, least significant digit first in `order`. A group over some
+// axes is every rank that differs from this one only in those digits.
 //
 //===----------------------------------------------------------------------===//
 #include "parc/Check/Mapping.h"
@@ -12,68 +12,28 @@
 
 namespace parc {
 
-RankLayout::RankLayout(int64_t tp, int64_t pp, int64_t dp, std::array<Axis, 3> order,
-                       int64_t gpusPerNode)
-    : tp(tp), pp(pp), dp(dp), gpusPerNode(gpusPerNode), order(order) {}
-
-namespace {
-int64_t &coord(Coords &c, Axis a) { return a == Axis::TP ? c.tp : a == Axis::PP ? c.pp : c.dp; }
-} // namespace
+RankLayout::RankLayout(int64_t tp, int64_t pp, int64_t dp, const RankOrder &order,
+                       int64_t gpusPerNode, int64_t cp)
+    : grid(axisSizes(tp, cp, 1, dp, pp), order), gpusPerNode(gpusPerNode) {}
 
 int64_t RankLayout::rankOf(Coords c) const {
-  int64_t rank = 0, stride = 1;
-  for (Axis a : order) {
-    rank += coord(c, a) * stride;
-    stride *= sizeOf(a);
-  }
-  return rank;
+  return grid.rankOf(axisSizes(c.tp, c.cp, 0, c.dp, c.pp));
 }
 
 Coords RankLayout::coordsOf(int64_t rank) const {
-  Coords c;
-  for (Axis a : order) {
-    int64_t size = sizeOf(a);
-    coord(c, a) = rank % size;
-    rank /= size;
-  }
-  return c;
-}
-
-namespace {
-/// The ranks that share every coordinate of `rank` except `axis`, by that coordinate.
-std::vector<int64_t> alongAxis(const RankLayout &layout, int64_t rank, Axis axis) {
-  Coords c = layout.coordsOf(rank);
-  std::vector<int64_t> group;
-  for (int64_t i = 0, n = layout.sizeOf(axis); i < n; ++i) {
-    coord(c, axis) = i;
-    group.push_back(layout.rankOf(c));
-  }
-  return group;
-}
-} // namespace
-
-std::vector<int64_t> RankLayout::tpGroup(int64_t rank) const {
-  return alongAxis(*this, rank, Axis::TP);
-}
-std::vector<int64_t> RankLayout::dpGroup(int64_t rank) const {
-  return alongAxis(*this, rank, Axis::DP);
-}
-std::vector<int64_t> RankLayout::ppGroup(int64_t rank) const {
-  return alongAxis(*this, rank, Axis::PP);
+  AxisSizes c = grid.coordsOf(rank);
+  return Coords{c[indexOf(Axis::TP)], c[indexOf(Axis::PP)], c[indexOf(Axis::DP)],
+                c[indexOf(Axis::CP)]};
 }
 
 std::vector<int64_t> RankLayout::modelGroup(int64_t rank) const {
-  Coords c = coordsOf(rank);
-  std::vector<int64_t> group;
-  for (c.pp = 0; c.pp < pp; ++c.pp)
-    for (c.tp = 0; c.tp < tp; ++c.tp)
-      group.push_back(rankOf(c));
+  std::vector<int64_t> group = grid.group(rank, {Axis::TP, Axis::PP});
   std::sort(group.begin(), group.end());
   return group;
 }
 
 std::vector<int64_t> RankLayout::embeddingGroup(int64_t rank, bool tiedHead) const {
-  if (!tiedHead || pp == 1)
+  if (!tiedHead || sizeOf(Axis::PP) == 1)
     return {};
   std::vector<int64_t> stages = ppGroup(rank);
   return {stages.front(), stages.back()};
@@ -84,27 +44,29 @@ bool RankLayout::crossesNodes(const std::vector<int64_t> &group) const {
                      [&](int64_t r) { return nodeOf(r) != nodeOf(group.front()); });
 }
 
-int64_t RankLayout::strideOf(Axis axis) const {
-  int64_t stride = 1;
-  for (Axis a : order) {
-    if (a == axis)
-      break;
-    stride *= sizeOf(a);
-  }
-  return stride;
-}
-
-bool RankLayout::anyGroupCrossesNodes(Axis axis) const {
-  int64_t size = sizeOf(axis), stride = strideOf(axis);
+bool RankLayout::anyGroupCrossesNodes(AxisSet axes) const {
+  int64_t size = sizeOf(axes);
   if (size == 1)
     return false;
-  int64_t span = (size - 1) * stride;
+  // A group's lowest and highest members are `span` apart and every group is one lowest
+  // member `base` plus the same offsets, so a group crosses iff base % gpusPerNode + span
+  // reaches the next node.
+  int64_t span = 0, stride = world();
+  for (Axis a : kAllAxes)
+    if (axes.contains(a) && sizeOf(a) > 1) {
+      span += (sizeOf(a) - 1) * strideOf(a);
+      stride = std::min(stride, strideOf(a));
+    }
   if (span >= gpusPerNode)
     return true;
-  // The group whose axis coordinate is 0 starts at base = low + stride * size * high, with
-  // low < stride. Its node changes iff base % gpusPerNode + span reaches the next node, and
-  // base % gpusPerNode repeats once `high` has gone through gpusPerNode / gcd(block,
-  // gpusPerNode) values.
+  if (!grid.contiguous(axes)) {
+    for (int64_t rank = 0; rank < world(); ++rank)
+      if (grid.indexIn(rank, axes) == 0 && rank % gpusPerNode + span >= gpusPerNode)
+        return true;
+    return false;
+  }
+  // Consecutive digits: base = low + block * high with low < stride, and base % gpusPerNode
+  // repeats once `high` has gone through gpusPerNode / gcd(block, gpusPerNode) values.
   int64_t block = stride * size;
   int64_t highs = std::min(world() / block, gpusPerNode / std::gcd(block, gpusPerNode));
   for (int64_t high = 0; high < highs; ++high)

@@ -6,6 +6,7 @@
 // note on the field it conflicts with.
 //
 //===----------------------------------------------------------------------===//
+#include "parc/Check/Feasibility.h"
 #include "parc/Check/Mapping.h"
 #include "parc/Cost/CommModel.h"
 #include "parc/Cost/ZeroPolicy.h"
@@ -83,7 +84,9 @@ private:
   void checkBatch();
   void checkSchedule();
   void checkFlags();
+  void checkContext();
   void warnTensorAcrossNodes();
+  void warnContextAcrossNodes();
   void warnBubble();
   const LayerGroup &firstTransformer() const;
 
@@ -114,13 +117,21 @@ void MappingChecker::checkWorld() {
   std::string clusterText = "cluster '" + cluster.name +
                             "' has nodes x gpus_per_node = " + str(cluster.nodes) + " x " +
                             str(cluster.gpusPerNode) + " = " + str(world) + " GPUs";
+  // Without context parallelism the messages name tp x pp only, as before cp existed.
+  bool withCp = par.cp > 1;
+  std::string others = withCp ? "tp x cp x pp" : "tp x pp";
+  std::string othersValue = withCp ? str(par.tp) + " x " + str(par.cp) + " x " + str(par.pp)
+                                   : str(par.tp) + " x " + str(par.pp);
   std::optional<int64_t> tpp = checkedMul(par.tp, par.pp);
+  if (tpp)
+    tpp = checkedMul(*tpp, par.cp);
   if (par.dpAuto) {
     if (!tpp || world % *tpp != 0) {
-      error("parallel.dp", "cannot derive dp: tp x pp = " + str(par.tp) + " x " + str(par.pp) +
+      error("parallel.dp", "cannot derive dp: " + others + " = " + othersValue +
                                " does not divide the " + str(world) +
-                               " GPUs of the cluster; choose tp and pp whose product divides " +
-                               str(world));
+                               " GPUs of the cluster; choose " +
+                               (withCp ? "tp, cp and pp" : "tp and pp") +
+                               " whose product divides " + str(world));
       diags.note(at("cluster.nodes"), clusterText);
       return;
     }
@@ -130,10 +141,11 @@ void MappingChecker::checkWorld() {
     if (!ranks || *ranks != world) {
       std::string fix = tpp && world % *tpp == 0
                             ? "set dp = " + str(world / *tpp) + " (or dp = auto)"
-                            : "choose tp and pp whose product divides " + str(world) +
-                                  ", then dp = " + str(world) + " / (tp x pp)";
-      error("parallel.dp", "tp x pp x dp = " + str(par.tp) + " x " + str(par.pp) + " x " +
-                               str(par.dp) + " does not match the " + str(world) +
+                            : "choose " + std::string(withCp ? "tp, cp and pp" : "tp and pp") +
+                                  " whose product divides " + str(world) + ", then dp = " +
+                                  str(world) + " / (" + others + ")";
+      error("parallel.dp", others + " x dp = " + othersValue + " x " + str(par.dp) +
+                               " does not match the " + str(world) +
                                " GPUs of the cluster; " + fix);
       diags.note(at("cluster.nodes"), clusterText);
       return;
@@ -343,20 +355,79 @@ void MappingChecker::checkFlags() {
           "sequence_parallel splits the activations of norms and dropout across the "
           "tensor-parallel group, which needs tp > 1; remove it or raise tp");
     noteField("parallel.tp", par.tp);
-  } else if (par.sequenceParallel && model.seq % par.tp != 0) {
-    // Each tp rank keeps seq / tp positions of the sequence between the tensor-parallel regions.
+  } else if (par.sequenceParallel && !sequenceParallelSplits(model, par.tp, par.cp)) {
+    // Each tp rank keeps seq / (cp x tp) positions between the tensor-parallel regions.
+    std::string positions = par.cp > 1 ? "each rank's seq / cp = " + str(model.seq / par.cp) +
+                                             " positions"
+                                       : "the sequence";
     error("parallel.sequence_parallel",
-          "sequence_parallel splits the sequence over tp = " + str(par.tp) + ", but seq = " +
-              str(model.seq) + " is not a multiple of it; use a seq divisible by tp or turn "
-              "sequence_parallel off");
+          "sequence_parallel splits " + positions + " over tp = " + str(par.tp) +
+              ", but seq = " + str(model.seq) + " is not a multiple of " +
+              (par.cp > 1 ? "cp x tp = " + str(par.cp * par.tp) : std::string("it")) +
+              "; use a seq divisible by " + (par.cp > 1 ? "cp x tp" : "tp") +
+              " or turn sequence_parallel off");
     noteField("model.seq", model.seq);
   }
-  if (par.zero >= 1 && dpKnown && !zeroPolicy(par, mapping.dp).partitioned()) {
+  if (par.zero >= 1 && dpKnown && !zeroPolicy(par, mapping.gradientRanks()).partitioned()) {
     diags.warning(at("parallel.zero"), "zero = " + str(par.zero) +
                                            " shards state across data-parallel ranks, but "
                                            "dp = 1: it saves no memory; set zero = 0 or "
                                            "raise dp");
   }
+}
+
+/// Ring attention needs the sequence in 2 x cp equal chunks, and Megatron-Core's layout an
+/// order that places cp.
+void MappingChecker::checkContext() {
+  if (par.cp == 1)
+    return;
+  if (!contextParallelSplits(model, par.cp)) {
+    error("parallel.cp", "cp = " + str(par.cp) + " cuts the sequence into 2 x cp = " +
+                             str(2 * par.cp) + " chunks (rank r holds chunks r and 2cp-1-r, which "
+                             "balances the causal mask), but seq = " + str(model.seq) +
+                             " is not a multiple of " + str(2 * par.cp) + "; use cp = " +
+                             divisorsUpTo(model.seq / 2, std::max<int64_t>(par.cp, 8)));
+    noteField("model.seq", model.seq);
+  }
+  if (!par.order.names(Axis::CP))
+    error("parallel.order",
+          "the order leaves out cp, but cp = " + str(par.cp) + ": name every axis larger than 1, "
+          "as Megatron-Core's RankGenerator requires (for example order = tp-cp-dp-pp)");
+}
+
+/// Every ring step sends a rank's keys and values to the next rank of its cp group while the
+/// attention of the block it holds runs; across nodes the send may take longer than even a
+/// perfectly efficient attention step, and then the ring stalls the layer.
+void MappingChecker::warnContextAcrossNodes() {
+  if (par.cp == 1 || !mapping.layout.anyGroupCrossesNodes(Axis::CP) || !cluster.hasInterNode)
+    return;
+  const LayerGroup &block = firstTransformer();
+  double tp = double(par.tp), d = double(model.hidden / block.heads);
+  double heads = double(block.heads) / tp;
+  double kvHeads = std::max(1.0, double(block.kvHeads) / tp);
+  double local = double(model.seq) / double(par.cp), b = double(par.microBatch);
+  double bytes = 2 * local * b * kvHeads * d * double(bytesPerElement(model.dtype));
+  // A ring step covers half of the local queries against the received keys: local^2 / 2
+  // query-key pairs, 4 d FLOPs each (QK^T and PV).
+  double stepFlops = 4 * d * b * heads * local * local / 2;
+  double compute = cluster.gpuFlops > 0 ? stepFlops / cluster.gpuFlops : 0;
+  CommModel comm(cluster);
+  double inter = comm.send(bytes, true), intra = comm.send(bytes, false);
+  if (inter <= compute)
+    return;
+  diags.warning(at(written("parallel.order") ? "parallel.order" : "parallel.cp"),
+                "context-parallel groups span nodes: each ring step sends " + formatBytes(bytes) +
+                    " of keys and values over the inter-node link in about " +
+                    formatQuantity(inter, Dimension::time()) + " (" +
+                    formatQuantity(intra, Dimension::time()) +
+                    " inside a node), longer than the " +
+                    formatQuantity(compute, Dimension::time()) +
+                    " of attention it overlaps even at the GPU's peak; keep cp groups inside a "
+                    "node (cp x tp dividing gpus_per_node = " +
+                    str(cluster.gpusPerNode) +
+                    ", cp next to tp in 'order') or lower cp: a step's attention grows with "
+                    "(seq / cp)^2, its keys and values only with seq / cp");
+  noteField("cluster.gpus_per_node", cluster.gpusPerNode);
 }
 
 /// Megatron's tensor parallelism all-reduces each layer's activations twice in the forward
@@ -365,7 +436,7 @@ void MappingChecker::checkFlags() {
 void MappingChecker::warnTensorAcrossNodes() {
   if (!mapping.layout.anyGroupCrossesNodes(Axis::TP))
     return;
-  double bytes = double(par.microBatch) * double(model.seq) * double(model.hidden) *
+  double bytes = double(par.microBatch) * double(model.seq / par.cp) * double(model.hidden) *
                  double(bytesPerElement(model.dtype));
   CommModel comm(cluster);
   GroupGeometry spanning = geometryOf(mapping.layout, Axis::TP), inside;
@@ -417,6 +488,7 @@ void MappingChecker::warnBubble() {
 std::optional<Mapping> MappingChecker::run() {
   mapping.tp = par.tp;
   mapping.pp = par.pp;
+  mapping.cp = par.cp;
   mapping.chunks = par.schedule == ScheduleKind::Interleaved ? par.chunks : 1;
   mapping.microBatch = par.microBatch;
   mapping.globalBatch = par.globalBatch;
@@ -432,9 +504,12 @@ std::optional<Mapping> MappingChecker::run() {
   checkBatch();
   checkSchedule();
   checkFlags();
+  checkContext();
   if (dpKnown) {
-    mapping.layout = RankLayout(par.tp, par.pp, mapping.dp, par.order, cluster.gpusPerNode);
+    mapping.layout =
+        RankLayout(par.tp, par.pp, mapping.dp, par.order, cluster.gpusPerNode, par.cp);
     warnTensorAcrossNodes();
+    warnContextAcrossNodes();
   }
   warnBubble();
   if (failed)

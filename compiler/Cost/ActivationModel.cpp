@@ -158,7 +158,9 @@ double stageActivationBytes(const Program &program, const Mapping &mapping, int6
   double peak = transient[lastChunk];
   for (size_t c = 0; c < lastChunk; ++c)
     peak = std::max(peak, transient[c] - kept[lastChunk]);
-  return held + peak + pending;
+  // Context parallelism splits every one of these tensors along the sequence: a cp rank
+  // keeps its seq / cp positions (and its queries' rows of the attention scores).
+  return (held + peak + pending) / double(mapping.cp);
 }
 
 } // namespace parc

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 namespace parc {
@@ -27,8 +28,25 @@ GroupGeometry geometryOf(int64_t ranks, int64_t stride, bool crossesNodes, int64
 }
 
 GroupGeometry geometryOf(const RankLayout &layout, Axis axis) {
-  return geometryOf(layout.sizeOf(axis), layout.strideOf(axis), layout.anyGroupCrossesNodes(axis),
-                    layout.gpusPerNode);
+  return geometryOf(layout, AxisSet{axis});
+}
+
+GroupGeometry geometryOf(const RankLayout &layout, AxisSet axes) {
+  int64_t ranks = layout.sizeOf(axes), stride = layout.world();
+  for (Axis a : kAllAxes)
+    if (axes.contains(a) && layout.sizeOf(a) > 1)
+      stride = std::min(stride, layout.strideOf(a));
+  if (ranks <= 1 || layout.grid.contiguous(axes))
+    return geometryOf(ranks, stride, layout.anyGroupCrossesNodes(axes), layout.gpusPerNode);
+  std::map<int64_t, int64_t> perNode;
+  for (int64_t rank : layout.group(0, axes))
+    ++perNode[layout.nodeOf(rank)];
+  GroupGeometry g;
+  g.ranks = ranks;
+  g.nodes = int64_t(perNode.size());
+  for (const auto &entry : perNode)
+    g.ranksPerNode = std::max(g.ranksPerNode, entry.second);
+  return g;
 }
 
 double CommModel::intraNodeBandwidth() const {

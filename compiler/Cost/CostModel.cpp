@@ -39,16 +39,38 @@ double ringBytes(double bytes, int64_t ranks, bool allReduce) {
 
 /// Bytes one rank of stage `s` sends per step in each group kind.
 struct StageBytes {
-  double tp = 0, pp = 0, dp = 0, embedding = 0;
+  double tp = 0, pp = 0, dp = 0, cp = 0, embedding = 0;
 };
+
+/// Keys and values one rank sends per block and microbatch in ring attention: cp - 1 hops
+/// forward, cp - 1 again in the backward with cp of the accumulated dK/dV, and the forward's
+/// again where recomputation repeats attention.
+double ringAttentionBytes(const Program &program, const Mapping &mapping, int64_t s) {
+  const ModelSpec &model = program.model;
+  if (mapping.cp == 1)
+    return 0;
+  const double cp = double(mapping.cp), e = double(bytesPerElement(model.dtype));
+  const double hops = 3 * (cp - 1) + 1 + (program.parallel.recompute == Recompute::None ? 0 : cp - 1);
+  double bytes = 0;
+  for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
+    auto [first, last] = mapping.partition.range(s, chunk);
+    for (int64_t i = first; i < last; ++i) {
+      const LayerGroup &block = model.blockGroup(i);
+      double d = double(headDim(model, block));
+      double kv = block.kvHeads >= mapping.tp ? double(block.kvHeads) * d / double(mapping.tp) : d;
+      bytes += hops * 2 * e * double(mapping.microBatch) * double(model.seq) / cp * kv;
+    }
+  }
+  return bytes;
+}
 
 StageBytes stageBytes(const Program &program, const Mapping &mapping, const WorkTable &work,
                       int64_t s) {
   const ModelSpec &model = program.model;
   const ParallelSpec &par = program.parallel;
-  const int64_t tp = mapping.tp, pp = mapping.pp, dp = mapping.dp;
+  const int64_t tp = mapping.tp, pp = mapping.pp, dp = mapping.gradientRanks();
   const double M = double(mapping.microbatches);
-  const double tokens = double(mapping.microBatch) * double(model.seq);
+  const double tokens = double(mapping.microBatch) * double(model.seq) / double(mapping.cp);
   const double act = double(bytesPerElement(model.dtype)) * tokens * double(model.hidden);
   const bool sp = par.sequenceParallel && tp > 1;
   StageBytes b;
@@ -86,6 +108,7 @@ StageBytes stageBytes(const Program &program, const Mapping &mapping, const Work
     b.dp = M * (ringBytes(grads, dp, false) + 2 * ringBytes(weights, dp, false));
     break;
   }
+  b.cp = M * ringAttentionBytes(program, mapping, s);
   if (model.tiedHead() && pp > 1 && (s == 0 || s == pp - 1))
     b.embedding = ringBytes(
         double(headParams(model, mapping.paddedVocab).perRank(tp)) *
@@ -104,6 +127,7 @@ StepBreakdown breakdownOf(const WorkTable &work, const StepTimeline &timeline, i
     b.compute += microbatches * (w->forward.compute() + w->backward.compute());
     b.recompute += microbatches * w->recompute.compute();
     b.tp += microbatches * (w->forward.tp + w->backward.tp + w->recompute.tp);
+    b.cp += microbatches * (w->forward.cp + w->backward.cp + w->recompute.cp);
     zero += microbatches * (w->forward.zero + w->backward.zero + w->recompute.zero);
     busy += microbatches * (w->forwardSeconds() + w->backwardSeconds());
   }
@@ -128,13 +152,14 @@ CostEstimate estimateCost(const Program &program, const Mapping &mapping,
   const ModelSpec &model = program.model;
   const ParallelSpec &par = program.parallel;
   const RankLayout &layout = mapping.layout;
-  const int64_t tp = mapping.tp, pp = mapping.pp, dp = mapping.dp, world = layout.world();
+  const int64_t tp = mapping.tp, pp = mapping.pp, dp = mapping.gradientRanks();
+  const int64_t world = layout.world();
   const double M = double(mapping.microbatches);
 
   CostEstimate est;
   est.tokensPerStep = double(mapping.globalBatch) * double(model.seq);
   est.bubbleFraction = bubbleFraction(mapping, par.schedule);
-  // FLOPs of the whole job: every stage's per-rank FLOPs over its tp x dp ranks.
+  // FLOPs of the whole job: every stage's per-rank FLOPs over its tp x dp x cp ranks.
   for (const VirtualStageWork &w : work.virtualStages) {
     est.modelFlops += M * w.modelFlops * double(tp * dp);
     est.hardwareFlops += M * w.hardwareFlops * double(tp * dp);
@@ -176,8 +201,12 @@ CostEstimate estimateCost(const Program &program, const Mapping &mapping,
                                       : "gradient reduce-scatter + weight all-gathers";
   const StageTail &tail = timeline.tails[size_t(est.criticalStage)];
   double embeddingSeconds = tail.embeddingSyncEnd - tail.embeddingSyncStart;
-  row("dp", dpOps, dp, work.dp.crossesNodes(), maxOver(&StageBytes::dp),
-      est.breakdown.dp - embeddingSeconds);
+  row(mapping.cp > 1 ? "dp_cp" : "dp", dpOps, dp, work.dp.crossesNodes(),
+      maxOver(&StageBytes::dp), est.breakdown.dp - embeddingSeconds);
+  if (mapping.cp > 1)
+    row("cp", "ring attention: keys and values around the ring, dK/dV back, per block per "
+              "microbatch",
+        mapping.cp, work.cp.crossesNodes(), maxOver(&StageBytes::cp), est.breakdown.cp);
   if (model.tiedHead() && pp > 1)
     row("embedding", "tied embedding gradient all-reduce", 2, work.pp.crossesNodes(),
         maxOver(&StageBytes::embedding), embeddingSeconds);

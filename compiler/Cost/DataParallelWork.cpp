@@ -30,8 +30,7 @@ namespace {
 double prefetched(double comm, double compute, double layers) {
   if (comm <= 0)
     return 0;
-  return std::max(0.0, comm - compute) + comm / std::max(1.0, layers) +
-         CommModel::kOverlapSlowdown * std::min(comm, compute);
+  return CommModel::exposedBeside(comm, compute) + comm / std::max(1.0, layers);
 }
 
 /// One collective per layer: `layers` collectives of bytes / layers each.
@@ -46,7 +45,7 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
                          WorkTable &table) {
   const ParallelSpec &par = program.parallel;
   const ModelSpec &model = program.model;
-  const ZeroPolicy policy = zeroPolicy(par, mapping.dp); // ZeroPolicy.h decides what moves
+  const ZeroPolicy policy = zeroPolicy(par, mapping.gradientRanks()); // ZeroPolicy.h decides what moves
   const double weightBytes = double(bytesPerElement(model.dtype));
   const double gradBytes = double(bytesPerElement(program.train.gradDtype));
   const GroupGeometry &dp = table.dp;
@@ -82,7 +81,7 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
     if (policy.gathersWeightsAfterStep())
       stage.paramGather = comm.allGather(weights, dp);
     const double shard =
-        policy.shardsOptimizer() ? stage.params / double(mapping.dp) : stage.params;
+        policy.shardsOptimizer() ? stage.params / double(policy.dp) : stage.params;
     stage.optimizer = gpu.memorySeconds(optimizerBytes * shard, 4);
     const bool embeddingStage = s == 0 || s == pp - 1;
     if (model.tiedHead() && pp > 1 && embeddingStage) {

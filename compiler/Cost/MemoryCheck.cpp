@@ -58,7 +58,7 @@ std::vector<Change> candidateChanges(const Program &program, const Mapping &mapp
   if (par.recompute == Recompute::None)
     out.push_back({"recompute = selective", "parallel.recompute",
                    [](Program &p) { p.parallel.recompute = Recompute::Selective; }});
-  if (mapping.dp > 1)
+  if (mapping.gradientRanks() > 1)
     for (int zero = par.zero + 1; zero <= 3; ++zero)
       out.push_back({"zero = " + std::to_string(zero), "parallel.zero",
                      [zero](Program &p) { p.parallel.zero = zero; }});
@@ -70,8 +70,9 @@ std::vector<Change> candidateChanges(const Program &program, const Mapping &mapp
     out.push_back({"recompute = full", "parallel.recompute",
                    [](Program &p) { p.parallel.recompute = Recompute::Full; }});
 
-  // Growing tp or pp by k keeps the world size by shrinking dp by k.
-  auto regrow = [&](const char *axis, int64_t current, bool isTP) {
+  // Growing tp, pp or cp by k keeps the world size by shrinking dp by k.
+  auto regrow = [&](const char *axis, int64_t ParallelSpec::*field) {
+    int64_t current = par.*field;
     for (int64_t k = 2; k <= mapping.dp; ++k) {
       if (mapping.dp % k != 0)
         continue;
@@ -80,15 +81,17 @@ std::vector<Change> candidateChanges(const Program &program, const Mapping &mapp
       text += par.dpAuto ? " (dp becomes " + std::to_string(dp) + ")"
                          : " and dp = " + std::to_string(dp);
       out.push_back({text, std::string("parallel.") + axis, [=](Program &p) {
-                       (isTP ? p.parallel.tp : p.parallel.pp) = size;
+                       p.parallel.*field = size;
                        if (!p.parallel.dpAuto)
                          p.parallel.dp = dp;
                      }});
     }
   };
-  regrow("tp", par.tp, true);
+  regrow("tp", &ParallelSpec::tp);
   if (par.stageLayers.empty())
-    regrow("pp", par.pp, false);
+    regrow("pp", &ParallelSpec::pp);
+  // Context parallelism divides every activation by cp: the fix for a long sequence.
+  regrow("cp", &ParallelSpec::cp);
   return out;
 }
 
@@ -136,7 +139,7 @@ bool checkMemory(const Program &program, const Mapping &mapping, DiagnosticEngin
 
   std::string fix = hints.empty()
                         ? "no single change of recompute, zero, sequence_parallel, micro_batch, "
-                          "tp or pp fits; use GPUs with more memory or more GPUs"
+                          "tp, pp or cp fits; use GPUs with more memory or more GPUs"
                         : "apply one of the changes below or use GPUs with more memory";
   diags.error(header, "out of memory: pipeline stage " + std::to_string(worst.stage) + " needs " +
                           formatBytes(worst.total()) + " per GPU but gpu.memory is " + capacity +

@@ -256,7 +256,7 @@ void addModelStates(const Program &program, const Mapping &mapping, const ZeroPo
 
 MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
   const ParallelSpec &par = program.parallel;
-  const ZeroPolicy policy = zeroPolicy(par, mapping.dp);
+  const ZeroPolicy policy = zeroPolicy(par, mapping.gradientRanks());
   MemoryEstimate est;
   est.gpuMemory = program.cluster.gpuMemory;
   for (int64_t stage = 0; stage < mapping.pp; ++stage) {

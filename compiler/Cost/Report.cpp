@@ -8,6 +8,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/Format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -17,14 +18,13 @@ namespace {
 
 using GroupFn = std::function<std::vector<int64_t>(int64_t)>;
 
-/// Every group of one kind once, in the order of its lowest-coordinate rank: each is built
-/// from the rank whose coordinate along its axis is 0, so the whole list costs O(world).
-std::vector<std::vector<int64_t>> allGroups(const RankLayout &layout, Axis axis,
+/// Every group of one kind once, in the order of its lowest rank: each is built from the
+/// rank whose index in it is 0, so the whole list costs O(world).
+std::vector<std::vector<int64_t>> allGroups(const RankLayout &layout, AxisSet axes,
                                             const GroupFn &groupOf) {
   std::vector<std::vector<int64_t>> out;
   for (int64_t rank = 0, n = layout.world(); rank < n; ++rank) {
-    Coords c = layout.coordsOf(rank);
-    if ((axis == Axis::TP ? c.tp : axis == Axis::PP ? c.pp : c.dp) != 0)
+    if (layout.grid.indexIn(rank, axes) != 0)
       continue;
     std::vector<int64_t> g = groupOf(rank);
     if (!g.empty() && g.front() == rank)
@@ -35,20 +35,27 @@ std::vector<std::vector<int64_t>> allGroups(const RankLayout &layout, Axis axis,
 
 struct GroupKind {
   const char *name;
-  Axis axis; // the coordinate that varies within a group
+  AxisSet axes; // the coordinates that vary within a group
   GroupFn groupOf;
 };
 
-std::vector<GroupKind> groupKinds(const Program &program, const Mapping &mapping) {
+/// The text report lists context parallelism's groups only when cp > 1; the JSON always.
+std::vector<GroupKind> groupKinds(const Program &program, const Mapping &mapping,
+                                  bool withContext) {
   const RankLayout &layout = mapping.layout;
   std::vector<GroupKind> kinds = {
-      {"tp", Axis::TP, [&layout](int64_t r) { return layout.tpGroup(r); }},
-      {"dp", Axis::DP, [&layout](int64_t r) { return layout.dpGroup(r); }},
-      {"pp", Axis::PP, [&layout](int64_t r) { return layout.ppGroup(r); }},
+      {"tp", {Axis::TP}, [&layout](int64_t r) { return layout.tpGroup(r); }},
+      {"dp", {Axis::DP}, [&layout](int64_t r) { return layout.dpGroup(r); }},
+      {"pp", {Axis::PP}, [&layout](int64_t r) { return layout.ppGroup(r); }},
   };
+  if (withContext) {
+    kinds.push_back({"cp", {Axis::CP}, [&layout](int64_t r) { return layout.cpGroup(r); }});
+    kinds.push_back({"dp_cp", RankLayout::kGradientAxes,
+                     [&layout](int64_t r) { return layout.dpCpGroup(r); }});
+  }
   if (program.model.tiedHead() && mapping.pp > 1)
-    kinds.push_back(
-        {"embedding", Axis::PP, [&layout](int64_t r) { return layout.embeddingGroup(r, true); }});
+    kinds.push_back({"embedding", {Axis::PP},
+                     [&layout](int64_t r) { return layout.embeddingGroup(r, true); }});
   return kinds;
 }
 
@@ -112,18 +119,24 @@ std::string duration(double seconds) {
   return formatQuantity(seconds, Dimension::time());
 }
 
-/// The parts of the breakdown with their names, in the order the report prints them.
-std::vector<std::pair<const char *, double>> breakdownParts(const StepBreakdown &b) {
-  return {{"compute", b.compute}, {"recompute", b.recompute}, {"bubble", b.bubble},
-          {"tp", b.tp},           {"pp", b.pp},               {"dp", b.dp},
-          {"optimizer", b.optimizer}};
+/// The parts of the breakdown with their names, in the order the report prints them; ring
+/// attention's part only where there is context parallelism (the JSON always has it).
+std::vector<std::pair<const char *, double>> breakdownParts(const StepBreakdown &b,
+                                                            bool withContext = true) {
+  std::vector<std::pair<const char *, double>> parts = {
+      {"compute", b.compute}, {"recompute", b.recompute}, {"bubble", b.bubble},
+      {"tp", b.tp},           {"pp", b.pp},               {"dp", b.dp}};
+  if (withContext)
+    parts.push_back({"cp", b.cp});
+  parts.push_back({"optimizer", b.optimizer});
+  return parts;
 }
 
 void printStepTime(const CostEstimate &cost, const Program &program, llvm::raw_ostream &os) {
   os << "\nstep time (simulated schedule, stage " << cost.criticalStage
      << " finishes last; communication counted where no compute hides it):\n";
   std::vector<std::vector<std::string>> rows = {{"part", "time", "share"}};
-  for (auto [name, seconds] : breakdownParts(cost.breakdown))
+  for (auto [name, seconds] : breakdownParts(cost.breakdown, program.parallel.cp > 1))
     rows.push_back({name, formatQuantity(seconds, Dimension::time()),
                     formatNumber("%.1f%%", cost.stepSeconds > 0 ? 100 * seconds / cost.stepSeconds : 0)});
   rows.push_back({"step", formatQuantity(cost.stepSeconds, Dimension::time()), "100.0%"});
@@ -149,12 +162,14 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
   os << "report for " << model.name << " on " << cluster.name << "\n\n";
 
   os << "layout: " << layout.world() << " ranks = tp " << mapping.tp << " x pp " << mapping.pp
-     << " x dp " << mapping.dp << ", order " << orderText(par.order) << ", " << cluster.gpusPerNode
-     << " GPUs per node\n";
+     << " x dp " << mapping.dp;
+  if (mapping.cp > 1)
+    os << " x cp " << mapping.cp;
+  os << ", order " << layout.orderText() << ", " << cluster.gpusPerNode << " GPUs per node\n";
   std::vector<std::vector<std::string>> rows = {
       {"group", "ranks", "groups", "rank 0's group", "link"}};
-  for (const GroupKind &kind : groupKinds(program, mapping)) {
-    auto groups = allGroups(layout, kind.axis, kind.groupOf);
+  for (const GroupKind &kind : groupKinds(program, mapping, mapping.cp > 1)) {
+    auto groups = allGroups(layout, kind.axes, kind.groupOf);
     std::vector<int64_t> own = kind.groupOf(0);
     rows.push_back({kind.name, std::to_string(own.size()), std::to_string(groups.size()),
                     ranksText(own),
@@ -177,7 +192,7 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
      << ", recompute " << toString(par.recompute)
      << (par.sequenceParallel ? ", sequence parallel" : "") << "):\n";
   // The transient columns appear where some stage has them (ZeroPolicy.h, MemoryModel.h).
-  bool zero3 = zeroPolicy(par, mapping.dp).shardsWeights();
+  bool zero3 = zeroPolicy(par, mapping.gradientRanks()).shardsWeights();
   bool gradBuffers = llvm::any_of(memory.stages, [](const StageMemory &m) {
     return m.gradBuffers > 0;
   });
@@ -235,8 +250,8 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
   auto bytes = [](double b) { return int64_t(std::llround(b)); };
 
   llvm::json::Object groups, links;
-  for (const GroupKind &kind : groupKinds(program, mapping)) {
-    auto all = allGroups(layout, kind.axis, kind.groupOf);
+  for (const GroupKind &kind : groupKinds(program, mapping, /*withContext=*/true)) {
+    auto all = allGroups(layout, kind.axes, kind.groupOf);
     llvm::json::Array list;
     for (const std::vector<int64_t> &g : all)
       list.push_back(llvm::json::Array(g));
@@ -285,6 +300,8 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
       {"tp", mapping.tp},
       {"pp", mapping.pp},
       {"dp", mapping.dp},
+      {"cp", mapping.cp},
+      {"order", layout.orderText()},
       {"schedule", par.scheduleText()},
       {"zero", par.zero},
       {"recompute", toString(par.recompute)},
@@ -346,7 +363,8 @@ void printComparison(const std::vector<std::pair<Program, Mapping>> &jobs,
   using C = const CostEstimate &;
   using E = const MemoryEstimate &;
   fields.push_back(add("tp x pp x dp", [](P, M m, C, E) {
-    return std::to_string(m.tp) + " x " + std::to_string(m.pp) + " x " + std::to_string(m.dp);
+    return std::to_string(m.tp) + " x " + std::to_string(m.pp) + " x " + std::to_string(m.dp) +
+           (m.cp > 1 ? " (cp " + std::to_string(m.cp) + ")" : "");
   }));
   fields.push_back(add("micro_batch, M", [](P, M m, C, E) {
     return std::to_string(m.microBatch) + ", " + std::to_string(m.microbatches);
@@ -359,13 +377,18 @@ void printComparison(const std::vector<std::pair<Program, Mapping>> &jobs,
   fields.push_back(add("largest rank", [](P, M, C, E mem) {
     return formatBytes(mem.maxRankBytes()) + (mem.fits() ? "" : " (does not fit)");
   }));
-  for (const char *part : {"compute", "recompute", "bubble", "tp", "pp", "dp", "optimizer"})
+  bool anyContext = std::any_of(jobs.begin(), jobs.end(),
+                                [](const auto &job) { return job.second.cp > 1; });
+  for (const char *part : {"compute", "recompute", "bubble", "tp", "pp", "dp", "cp", "optimizer"}) {
+    if (llvm::StringRef(part) == "cp" && !anyContext)
+      continue;
     fields.push_back(add(part, [part](P, M, C c, E) {
       for (auto [name, seconds] : breakdownParts(c.breakdown))
         if (llvm::StringRef(name) == part)
           return formatQuantity(seconds, Dimension::time());
       return std::string();
     }));
+  }
   fields.push_back(
       add("step", [](P, M, C c, E) { return formatQuantity(c.stepSeconds, Dimension::time()); }));
   fields.push_back(add("MFU", [](P, M, C c, E) { return formatNumber("%.1f%%", 100 * c.mfu); }));

@@ -22,6 +22,7 @@ PassTime &PassTime::operator+=(const PassTime &o) {
   memory += o.memory;
   tp += o.tp;
   zero += o.zero;
+  cp += o.cp;
   return *this;
 }
 
@@ -32,6 +33,7 @@ PassTime PassTime::scaled(double k) const {
   p.memory *= k;
   p.tp *= k;
   p.zero *= k;
+  p.cp *= k;
   return p;
 }
 
@@ -72,16 +74,18 @@ struct WorkContext {
   GPUModel gpu;
   CommModel comm;
   GroupGeometry tpGroup;
-  double tokens, seq, tp, e;
-  bool sp;
+  double tokens, seq, tp, cp, e;
+  bool sp, ringCrossesNodes;
 
+  /// With context parallelism a rank holds micro_batch x seq / cp of the tokens.
   WorkContext(const Program &program, const Mapping &mapping)
       : program(program), mapping(mapping), gpu(program.cluster, program.model.dtype),
         comm(program.cluster), tpGroup(geometryOf(mapping.layout, Axis::TP)),
-        tokens(double(mapping.microBatch) * double(program.model.seq)),
-        seq(double(program.model.seq)), tp(double(mapping.tp)),
+        tokens(double(mapping.microBatch) * double(program.model.seq) / double(mapping.cp)),
+        seq(double(program.model.seq)), tp(double(mapping.tp)), cp(double(mapping.cp)),
         e(double(bytesPerElement(program.model.dtype))),
-        sp(program.parallel.sequenceParallel && mapping.tp > 1) {}
+        sp(program.parallel.sequenceParallel && mapping.tp > 1),
+        ringCrossesNodes(mapping.layout.anyGroupCrossesNodes(Axis::CP)) {}
 
   /// Tokens a rank holds outside the tensor-parallel GEMMs.
   double localTokens() const { return sp ? tokens / tp : tokens; }
@@ -112,25 +116,57 @@ struct WorkContext {
   }
 };
 
+/// Ring attention (cp > 1): cp steps of one block each, step i's key/value exchange behind
+/// step i - 1's block (Transformer Engine's schedule). The forward sends the keys and values
+/// cp - 1 times; the backward sends them again with the accumulating dK/dV, whose last hop,
+/// home to their owner, follows the last block. What a step's block cannot hide shows, and
+/// the hidden part slows the block as any overlapped collective does.
+void ringExchange(const WorkContext &c, double kvBytes, double forwardStep, double backwardStep,
+                  BlockPasses &p) {
+  if (c.cp <= 1)
+    return;
+  auto exposed = &CommModel::exposedBeside;
+  const double kv = c.comm.send(kvBytes, c.ringCrossesNodes);
+  const double kvAndGrad = c.comm.send(2 * kvBytes, c.ringCrossesNodes);
+  p.attentionCore.cp += (c.cp - 1) * exposed(kv, forwardStep);
+  p.backward.cp += (c.cp - 1) * exposed(kvAndGrad, backwardStep) + kv;
+}
+
+/// The key/value width of one tp rank: the heads split over tp, or one whole head per rank
+/// when there are fewer.
+double keyValueWidth(const WorkContext &c, const ModelSpec &model, const LayerGroup &block) {
+  const double d = double(headDim(model, block));
+  return block.kvHeads >= c.mapping.tp ? double(block.kvHeads) * d / c.tp : d;
+}
+
 void attentionCore(const WorkContext &c, const ModelSpec &model, const LayerGroup &block,
                    BlockPasses &p) {
   const double b = double(c.mapping.microBatch), s = c.seq, e = c.e;
   const double d = double(headDim(model, block));
   const double heads = double(block.heads) / c.tp; // query heads on one rank
+  const double kvRank = keyValueWidth(c, model, block);
+  // The queries this rank holds; with cp > 1 they meet every key over cp ring steps.
+  const double sq = s / c.cp;
+  const double kvBytes = 2 * e * sq * b * kvRank;
   if (model.attention == Attention::Flash) {
     // QK^T and PV over the causal half the kernel visits; the backward recomputes the
-    // scores and runs five products for the forward's two.
-    double flops = 2 * 2 * b * heads * s * s * d * 0.5;
-    p.attentionCore.attention += c.gpu.flashSeconds(flops, s, d, false);
-    p.backward.attention += c.gpu.flashSeconds(2.5 * flops, s, d, true);
+    // scores and runs five products for the forward's two. Ring attention runs one kernel
+    // per step over blocks of seq / cp queries and keys.
+    double flops = 2 * 2 * b * heads * s * s * d * 0.5 / c.cp;
+    double forwardStep = c.gpu.flashSeconds(flops / c.cp, sq, d, false);
+    double backwardStep = c.gpu.flashSeconds(2.5 * flops / c.cp, sq, d, true);
+    p.attentionCore.attention += c.cp * forwardStep;
+    p.backward.attention += c.cp * backwardStep;
+    ringExchange(c, kvBytes, forwardStep, backwardStep, p);
     return;
   }
   // Megatron's unfused core: batched QK^T and PV over the whole s x s (no causal skip), the
-  // fused scale-mask-softmax, and dropout on the probabilities.
-  const double batch = b * heads, scores = batch * s * s;
-  double gemm = c.gpu.gemmSeconds(s, s, d, batch) + c.gpu.gemmSeconds(s, d, s, batch);
-  double backwardGemm = c.gpu.gemmSeconds(s, d, s, batch) + c.gpu.gemmSeconds(s, s, d, batch) +
-                        c.gpu.gemmSeconds(s, s, d, batch) + c.gpu.gemmSeconds(d, s, s, batch);
+  // fused scale-mask-softmax, and dropout on the probabilities; with cp a rank's seq / cp
+  // query rows.
+  const double batch = b * heads, scores = batch * sq * s;
+  double gemm = c.gpu.gemmSeconds(sq, s, d, batch) + c.gpu.gemmSeconds(sq, d, s, batch);
+  double backwardGemm = c.gpu.gemmSeconds(sq, d, s, batch) + c.gpu.gemmSeconds(sq, s, d, batch) +
+                        c.gpu.gemmSeconds(sq, s, d, batch) + c.gpu.gemmSeconds(d, sq, s, batch);
   double softmax = 2 * e * scores, softmaxBackward = 3 * e * scores;
   double kernels = 1;
   if (model.dropout > 0) {
@@ -142,6 +178,8 @@ void attentionCore(const WorkContext &c, const ModelSpec &model, const LayerGrou
   p.attentionCore.memory += c.gpu.memorySeconds(softmax, kernels);
   p.backward.attention += backwardGemm;
   p.backward.memory += c.gpu.memorySeconds(softmaxBackward, kernels);
+  ringExchange(c, kvBytes, (gemm + c.gpu.memorySeconds(softmax, kernels)) / c.cp,
+               (backwardGemm + c.gpu.memorySeconds(softmaxBackward, kernels)) / c.cp, p);
 }
 
 BlockPasses blockPasses(const WorkContext &c, const LayerGroup &block) {
@@ -149,8 +187,7 @@ BlockPasses blockPasses(const WorkContext &c, const LayerGroup &block) {
   const double T = c.tokens, local = c.localTokens(), h = double(model.hidden), e = c.e;
   const double d = double(headDim(model, block));
   const double qRank = double(block.heads) * d / c.tp;
-  // Key/value heads split over tp, or one whole head per rank when there are fewer.
-  const double kvRank = block.kvHeads >= c.mapping.tp ? double(block.kvHeads) * d / c.tp : d;
+  const double kvRank = keyValueWidth(c, model, block);
   const double fRank = double(block.ffn) / c.tp;
   const bool swiglu = isGated(block.mlp); // SwiGLU or GeGLU: gate and up projections
   const double mask = model.dropout > 0 ? 1 : 0; // dropout's 1-byte mask per element
@@ -230,8 +267,9 @@ WorkTable buildWorkTable(const Program &program, const Mapping &mapping) {
   WorkContext c(program, mapping);
   WorkTable table;
   table.tp = c.tpGroup;
-  table.dp = geometryOf(mapping.layout, Axis::DP);
+  table.dp = geometryOf(mapping.layout, RankLayout::kGradientAxes);
   table.pp = geometryOf(mapping.layout, Axis::PP);
+  table.cp = geometryOf(mapping.layout, Axis::CP);
   const int64_t pp = mapping.pp, virtualStages = pp * mapping.chunks;
   table.stageCount = pp;
 

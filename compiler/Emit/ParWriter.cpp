@@ -55,7 +55,8 @@ void writeParallel(const Program &program, llvm::raw_ostream &os) {
   os << "parallel " << (p.name.empty() ? "" : p.name + " ") << "for " << program.model.name
      << " on " << program.cluster.name << " {\n";
   os << "  tp = " << p.tp << "\n  pp = " << p.pp << "\n  dp = " << p.dp << "\n";
-  os << "  order = " << orderText(p.order) << "\n";
+  os << "  cp = " << p.cp << "\n";
+  os << "  order = " << p.orderText() << "\n";
   os << "  micro_batch = " << p.microBatch << "\n  global_batch = " << p.globalBatch << "\n";
   os << "  schedule = " << p.scheduleText();
   os << "\n  zero = " << p.zero << "\n  recompute = " << toString(p.recompute) << "\n";

@@ -65,6 +65,11 @@ void DeepSpeedExport::checkJob() {
   check.checkOrder(/*tpPpDpAllowed=*/false);
   check.checkSchedule(/*interleavedAllowed=*/false);
   check.checkGradDtype();
+  if (mapping.cp > 1)
+    check.refuse("parallel.cp", "cp = " + std::to_string(mapping.cp) +
+                                    ": Megatron-DeepSpeed has no ring-attention context "
+                                    "parallelism (its Ulysses sequence parallelism splits the "
+                                    "heads instead); use cp = 1 or --emit=megatron");
   if (mapping.pp > 1 && par.zero >= 2)
     check.refuse("parallel.zero", "zero = " + std::to_string(par.zero) +
                                       " with pp = " + std::to_string(mapping.pp) +

@@ -17,17 +17,36 @@ void ExportChecker::refuse(const LayerGroup &layer, const llvm::Twine &why) {
   refused = true;
 }
 
+bool ppBeforeDp(const ParallelSpec &par) {
+  for (Axis a : par.order.axes())
+    if (a == Axis::PP || a == Axis::DP)
+      return a == Axis::PP;
+  return false;
+}
+
 void ExportChecker::checkOrder(bool tpPpDpAllowed) {
-  const std::array<Axis, 3> &order = program.parallel.order;
-  if (order[0] == Axis::TP && order[1] == Axis::DP)
-    return;
-  if (order[0] == Axis::TP && order[1] == Axis::PP && tpPpDpAllowed)
+  const ParallelSpec &par = program.parallel;
+  // The launchers' orders, less their size-1 axes: tp, then cp, then dp and pp.
+  std::vector<Axis> named;
+  for (Axis a : par.order.namedAxes())
+    if (a != Axis::EP && (a != Axis::CP || par.cp > 1))
+      named.push_back(a);
+  std::vector<Axis> expected = {Axis::TP};
+  if (par.cp > 1)
+    expected.push_back(Axis::CP);
+  bool pipelineFirst = ppBeforeDp(par);
+  expected.push_back(pipelineFirst ? Axis::PP : Axis::DP);
+  expected.push_back(pipelineFirst ? Axis::DP : Axis::PP);
+  if (named == expected && (!pipelineFirst || tpPpDpAllowed))
     return;
   refuse("parallel.order",
-         "order = " + orderText(program.parallel.order) + " is not a rank order " + launcher +
+         "order = " + par.orderText() + " is not a rank order " + launcher +
              " builds: it places tensor-parallel ranks fastest, then " +
-             (tpPpDpAllowed ? "data-parallel (tp-dp-pp, Megatron's tp-cp-ep-dp-pp) or pipeline "
-                              "(tp-pp-dp, --use-tp-pp-dp-mapping)"
+             (par.cp > 1 ? "context-parallel, then " : "") +
+             (tpPpDpAllowed ? (par.cp > 1 ? "data-parallel (tp-cp-dp-pp, Megatron's tp-cp-ep-dp-pp) "
+                                            "or pipeline (tp-cp-pp-dp, --use-tp-pp-dp-mapping)"
+                                          : "data-parallel (tp-dp-pp, Megatron's tp-cp-ep-dp-pp) "
+                                            "or pipeline (tp-pp-dp, --use-tp-pp-dp-mapping)")
                             : "data-parallel, then pipeline (tp-dp-pp)"));
 }
 

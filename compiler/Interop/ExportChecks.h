@@ -38,6 +38,8 @@ private:
   bool refused = false;
 };
 
+/// True when the order places pipeline before data parallelism (tp-pp-dp).
+bool ppBeforeDp(const ParallelSpec &par);
 /// A real number as a command line or JSON takes it: 0.0003, 1e-08, 10000.
 std::string cliNumber(double v);
 /// The learning-rate warm-up parc runs: update k (from 0) uses lr * min(1, (k + 1) / W).

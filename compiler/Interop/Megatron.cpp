@@ -174,11 +174,14 @@ std::string MegatronExport::pipelineLayout() const {
 ArgGroup MegatronExport::parallelArgs() const {
   ArgGroup g{"Parallelism: tp " + std::to_string(mapping.tp) + " x pp " +
              std::to_string(mapping.pp) + " x dp " + std::to_string(mapping.dp) +
-             ", ranks in parc's order " + orderText(par.order) + " (Megatron's " +
-             (par.order[1] == Axis::DP ? "tp-cp-ep-dp-pp" : "tp-cp-ep-pp-dp") + ")"};
+             (mapping.cp > 1 ? " x cp " + std::to_string(mapping.cp) : "") +
+             ", ranks in parc's order " + par.orderText() + " (Megatron's " +
+             (ppBeforeDp(par) ? "tp-cp-ep-pp-dp" : "tp-cp-ep-dp-pp") + ")"};
   g.add("--tensor-model-parallel-size", mapping.tp);
   g.add("--pipeline-model-parallel-size", mapping.pp);
-  if (par.order[1] == Axis::PP && mapping.pp > 1 && mapping.dp > 1)
+  if (mapping.cp > 1)
+    g.add("--context-parallel-size", mapping.cp); // ring attention over p2p (--cp-comm-type p2p)
+  if (ppBeforeDp(par) && mapping.pp > 1 && mapping.dp > 1)
     g.add("--use-tp-pp-dp-mapping");
   if (!evenPartition())
     g.add("--pipeline-model-parallel-layout", "\"" + pipelineLayout() + "\"");

@@ -38,6 +38,7 @@ struct BlockActivations {
   std::string q, k, v;   // attention inputs (rotated with RoPE)
   std::string context;   // attention output
   std::string stats;     // the attention's saved softmax: logsumexp rows or probabilities
+  RingAttention ring;    // context parallelism: the chunks and merged results of the ring
   std::string residual;  // input of ln2
   std::string mlpNorm;   // ln2 as it leaves the norm
   std::string mlpInput;  // ln2, all-gathered under sequence parallelism
@@ -55,30 +56,24 @@ struct RowNames {
 
 class ChunkLowerer {
 public:
-  ChunkLowerer(const Job &job, int64_t virtualStage, int64_t tpRank)
-      : job(job), virtualStage(virtualStage), tpRank(tpRank) {}
+  ChunkLowerer(const Job &job, int64_t virtualStage, int64_t tpRank, int64_t cpRank)
+      : job(job), virtualStage(virtualStage), tpRank(tpRank), cpRank(cpRank),
+        writer(job, result.chunk) {}
 
   LoweredChunk run();
 
 private:
   //===--- Tensors and ops ---------------------------------------------===//
   std::string declare(const std::string &name, Shape shape, plan::DType dtype) {
-    result.chunk.tensors[name] = plan::TensorType{std::move(shape), dtype};
-    return name;
+    return writer.declare(name, std::move(shape), dtype);
   }
-  /// An activation [rows, micro_batch, width] in the model dtype.
   std::string activation(const std::string &name, int64_t rows, int64_t width) {
-    return declare(name, {rows, job.microBatch, width}, job.dtype);
+    return writer.activation(name, rows, width);
   }
-  /// Declares the gradient of `tensor` with its type.
-  std::string gradOf(const std::string &tensor) {
-    std::string grad = plan::gradName(tensor);
-    result.chunk.tensors[grad] = result.chunk.tensors.at(tensor);
-    return grad;
-  }
+  std::string gradOf(const std::string &tensor) { return writer.gradOf(tensor); }
   void emit(OpKind kind, std::vector<std::string> inputs, std::vector<std::string> outputs,
             Attrs attrs = {}) {
-    ops->push_back(plan::Op{kind, std::move(inputs), std::move(outputs), std::move(attrs)});
+    writer.emit(kind, std::move(inputs), std::move(outputs), std::move(attrs));
   }
   std::string param(const std::string &prefix, llvm::StringRef leaf) const {
     return prefix + "." + leaf.str();
@@ -125,7 +120,7 @@ private:
   void blockBackward(int64_t block, const std::string &x, const BlockActivations &saved);
   Attrs normAttrs() const { return {{"eps", job.program.model.normEps}}; }
   Attrs ropeAttrs(int64_t heads) const {
-    return {{"heads", heads}, {"theta", job.program.model.ropeTheta}};
+    return lower::ropeAttrs(heads, 0, job.program.model.ropeTheta);
   }
   Attrs attentionAttrs(const BlockDims &dims) const {
     return {{"causal", true},
@@ -139,6 +134,10 @@ private:
     if (job.program.model.attention == Attention::Flash)
       return declare(name, {job.microBatch, dims.localHeads, job.seq}, plan::DType::FP32);
     return declare(name, {job.microBatch, dims.localHeads, job.seq, job.seq}, job.dtype);
+  }
+  RingSite ringSite(int64_t block, const BlockDims &dims) const {
+    return RingSite{job,           block,         cpRank, dims.localHeads, dims.localKvHeads,
+                    dims.headDim, job.program.model.position == Position::RoPE};
   }
   void headForward(const std::string &y);
   void headBackward(const std::string &y);
@@ -154,9 +153,9 @@ private:
   std::string headWeight() const { return (job.tiedHead ? WordEmbedding : HeadWeight).str(); }
 
   const Job &job;
-  int64_t virtualStage, tpRank;
+  int64_t virtualStage, tpRank, cpRank;
   LoweredChunk result;
-  std::vector<plan::Op> *ops = nullptr;
+  OpWriter writer;
   std::string headInput; // the final norm's output as the head's matmul reads it
   std::string headNorm;  // the final norm's own output
 };
@@ -348,7 +347,11 @@ std::string ChunkLowerer::embeddingForward() {
   }
   std::string positioned = job.sequenceParallel ? "embedding.position" : out;
   activation(positioned, job.seq, job.hidden);
-  emit(OpKind::PositionEmbedding, {word, PositionEmbedding.str()}, {positioned});
+  if (job.cp > 1)
+    addChunkPositions(writer, cpRank, word, positioned);
+  else
+    emit(OpKind::PositionEmbedding, {word, PositionEmbedding.str()}, {positioned},
+         {{"offset", int64_t(0)}});
   if (!job.sequenceParallel)
     return out;
   std::vector<std::string> parts;
@@ -372,7 +375,11 @@ void ChunkLowerer::embeddingBackward() {
   }
   if (learned) {
     std::string dWord = gradOf("embedding.word");
-    emit(OpKind::PositionEmbeddingBwd, {dy}, {dWord, plan::gradName(PositionEmbedding)});
+    if (job.cp > 1)
+      addChunkPositionsBackward(writer, cpRank, dy, dWord);
+    else
+      emit(OpKind::PositionEmbeddingBwd, {dy}, {dWord, plan::gradName(PositionEmbedding)},
+           {{"offset", int64_t(0)}});
     dy = dWord;
   }
   emit(OpKind::EmbeddingBwd, {"tokens", dy}, {plan::gradName(WordEmbedding)},
@@ -413,17 +420,22 @@ BlockActivations ChunkLowerer::blockForward(int64_t block, const std::string &x,
   a.q = columnForward(a.qkvInput, blockName(block, "attn.q"), qWidth, job.qkvBias, sfx);
   a.k = columnForward(a.qkvInput, blockName(block, "attn.k"), kvWidth, job.qkvBias, sfx);
   a.v = columnForward(a.qkvInput, blockName(block, "attn.v"), kvWidth, job.qkvBias, sfx);
-  if (job.program.model.position == Position::RoPE) {
-    std::string q = activation(name("attn.q.rope"), job.seq, qWidth);
-    emit(OpKind::RoPE, {a.q}, {q}, ropeAttrs(dims.localHeads));
-    std::string k = activation(name("attn.k.rope"), job.seq, kvWidth);
-    emit(OpKind::RoPE, {a.k}, {k}, ropeAttrs(dims.localKvHeads));
-    a.q = q;
-    a.k = k;
+  if (job.cp > 1) {
+    a.ring = ringAttentionForward(writer, ringSite(block, dims), a.q, a.k, a.v, sfx);
+    a.context = a.ring.output;
+  } else {
+    if (job.program.model.position == Position::RoPE) {
+      std::string q = activation(name("attn.q.rope"), job.seq, qWidth);
+      emit(OpKind::RoPE, {a.q}, {q}, ropeAttrs(dims.localHeads));
+      std::string k = activation(name("attn.k.rope"), job.seq, kvWidth);
+      emit(OpKind::RoPE, {a.k}, {k}, ropeAttrs(dims.localKvHeads));
+      a.q = q;
+      a.k = k;
+    }
+    a.context = activation(name("attn.ctx"), job.seq, qWidth);
+    a.stats = attentionStats(name("attn.stats"), dims);
+    emit(OpKind::Attention, {a.q, a.k, a.v}, {a.context, a.stats}, attentionAttrs(dims));
   }
-  a.context = activation(name("attn.ctx"), job.seq, qWidth);
-  a.stats = attentionStats(name("attn.stats"), dims);
-  emit(OpKind::Attention, {a.q, a.k, a.v}, {a.context, a.stats}, attentionAttrs(dims));
   std::string attnOut = rowForward(a.context, blockName(block, "attn.proj"), sfx);
   a.residual = activation(name("res1"), job.seqRows(), job.hidden);
   emit(OpKind::ResidualAdd, {x, attnOut}, {a.residual});
@@ -494,23 +506,34 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
   // Attention half: res1 = x + proj(attention(q, k, v)).
   std::string dInput = plan::gradName(name("in"));
   emit(OpKind::ResidualAddBwd, {dResidual}, {partOf(dInput, "skip"), gradOf(name("attn.proj"))});
-  std::string context = saved.context, stats = saved.stats;
-  if (job.recompute == Recompute::Selective) {
-    // Selective recompute: the attention core is rerun from its saved inputs.
-    context = activation(name("attn.ctx.re"), job.seq, dims.localHeads * dims.headDim);
-    stats = attentionStats(name("attn.stats.re"), dims);
-    emit(OpKind::Attention, {saved.q, saved.k, saved.v}, {context, stats}, attentionAttrs(dims));
-  }
-  std::string dContext = rowBackward(context, name("attn.ctx"), name("attn.proj"));
-  std::string qName = name(rope ? "attn.q.rope" : "attn.q");
-  std::string kName = name(rope ? "attn.k.rope" : "attn.k");
-  emit(OpKind::AttentionBwd, {saved.q, saved.k, saved.v, context, stats, dContext},
-       {gradOf(qName), gradOf(kName), gradOf(name("attn.v"))}, attentionAttrs(dims));
-  if (rope) {
-    emit(OpKind::RoPEBwd, {plan::gradName(qName)}, {gradOf(name("attn.q"))},
-         ropeAttrs(dims.localHeads));
-    emit(OpKind::RoPEBwd, {plan::gradName(kName)}, {gradOf(name("attn.k"))},
-         ropeAttrs(dims.localKvHeads));
+  if (job.cp > 1) {
+    // Selective recompute reruns the ring from its saved chunks.
+    RingSite site = ringSite(block, dims);
+    RingAttention ring = job.recompute == Recompute::Selective
+                             ? ringAttentionRecompute(writer, site, saved.ring, ".re")
+                             : saved.ring;
+    std::string dContext = rowBackward(ring.output, saved.ring.output, name("attn.proj"));
+    ringAttentionBackward(writer, site, ring, dContext, gradOf(name("attn.q")),
+                          gradOf(name("attn.k")), gradOf(name("attn.v")));
+  } else {
+    std::string context = saved.context, stats = saved.stats;
+    if (job.recompute == Recompute::Selective) {
+      // Selective recompute: the attention core is rerun from its saved inputs.
+      context = activation(name("attn.ctx.re"), job.seq, dims.localHeads * dims.headDim);
+      stats = attentionStats(name("attn.stats.re"), dims);
+      emit(OpKind::Attention, {saved.q, saved.k, saved.v}, {context, stats}, attentionAttrs(dims));
+    }
+    std::string dContext = rowBackward(context, name("attn.ctx"), name("attn.proj"));
+    std::string qName = name(rope ? "attn.q.rope" : "attn.q");
+    std::string kName = name(rope ? "attn.k.rope" : "attn.k");
+    emit(OpKind::AttentionBwd, {saved.q, saved.k, saved.v, context, stats, dContext},
+         {gradOf(qName), gradOf(kName), gradOf(name("attn.v"))}, attentionAttrs(dims));
+    if (rope) {
+      emit(OpKind::RoPEBwd, {plan::gradName(qName)}, {gradOf(name("attn.q"))},
+           ropeAttrs(dims.localHeads));
+      emit(OpKind::RoPEBwd, {plan::gradName(kName)}, {gradOf(name("attn.k"))},
+           ropeAttrs(dims.localKvHeads));
+    }
   }
   // q, k and v each contribute a partial gradient of ln1; they add up before the reduction.
   std::string dQkvInput = columnInputGrad(name("ln1"));
@@ -598,7 +621,7 @@ LoweredChunk ChunkLowerer::run() {
       if (shard.kind == plan::ShardKind::Replicated && shard.name != PositionEmbedding)
         result.tpPartialGrads.push_back(shard.name);
 
-  ops = &chunk.forward;
+  writer.ops = &chunk.forward;
   std::string x;
   if (chunk.hasEmbedding) {
     x = embeddingForward();
@@ -617,7 +640,7 @@ LoweredChunk ChunkLowerer::run() {
   else
     gradOf(chunk.output);
 
-  ops = &chunk.backward;
+  writer.ops = &chunk.backward;
   if (chunk.hasHead)
     headBackward(x);
   for (int64_t block = last - 1; block >= first; --block) {
@@ -635,8 +658,8 @@ LoweredChunk ChunkLowerer::run() {
 
 } // namespace
 
-LoweredChunk lowerChunk(const Job &job, int64_t virtualStage, int64_t tpRank) {
-  return ChunkLowerer(job, virtualStage, tpRank).run();
+LoweredChunk lowerChunk(const Job &job, int64_t virtualStage, int64_t tpRank, int64_t cpRank) {
+  return ChunkLowerer(job, virtualStage, tpRank, cpRank).run();
 }
 
 } // namespace parc::lower

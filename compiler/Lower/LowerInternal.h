@@ -26,6 +26,12 @@ namespace parc::lower {
 inline constexpr double InitStd = 0.02;
 
 plan::DType toPlan(DType dtype);
+/// The attributes of rope and rope_bwd: `offset` is the position of the first row.
+inline std::map<std::string, plan::AttrValue> ropeAttrs(int64_t heads, int64_t offset,
+                                                        double theta) {
+  return {{"heads", heads}, {"offset", offset}, {"theta", theta}};
+}
+/// tp, pp, dp and cp as the plan names their groups (ep has no group before expert parallelism).
 plan::Group toPlan(Axis axis);
 
 /// What every rank's lowering reads from the job, derived once.
@@ -35,17 +41,28 @@ struct Job {
   const Program &program;
   const Mapping &mapping;
   PipelineConfig pipeline;
-  int64_t tp, pp, dp, layers;
-  int64_t seq, microBatch, hidden, paddedVocab;
+  int64_t tp, pp, dp, cp, layers;
+  /// `seq` is the positions one rank holds: the whole sequence, or its two chunks of
+  /// fullSeq / (2 cp) under context parallelism.
+  int64_t seq, fullSeq, microBatch, hidden, paddedVocab;
   /// biases: on every linear layer; qkvBias: on the query, key and value projections.
   bool sequenceParallel, biases, qkvBias, tiedHead;
   Recompute recompute;
   plan::DType dtype, gradDtype;
+  /// The group gradients are reduced over and ZeRO shards over: dp, or dp_cp with cp > 1.
+  plan::Group gradGroup;
+  int64_t gradRanks;
 
   int64_t virtualStages() const { return pipeline.virtualStages(); }
   /// Sequence rows of the activations between tensor-parallel regions: split over the tp
   /// group under sequence parallelism.
   int64_t seqRows() const { return sequenceParallel ? seq / tp : seq; }
+  /// Context parallelism: positions of one of the 2 x cp chunks, and where chunk `half` (0 or
+  /// 1) of cp rank `cpRank` starts: chunks r and 2cp - 1 - r (Megatron-Core's load balance).
+  int64_t cpChunk() const { return fullSeq / (2 * cp); }
+  int64_t cpChunkStart(int64_t cpRank, int half) const {
+    return plan::contextChunkStart(fullSeq, cp, cpRank, half);
+  }
   /// Transformer blocks [first, last) of virtual stage `v`.
   std::pair<int64_t, int64_t> blocksOf(int64_t v) const { return mapping.partition.blocks[v]; }
   /// The activation virtual stage `v` hands to the next one.
@@ -101,7 +118,74 @@ struct LoweredChunk {
 };
 
 /// ChunkLowering.cpp.
-LoweredChunk lowerChunk(const Job &job, int64_t virtualStage, int64_t tpRank);
+LoweredChunk lowerChunk(const Job &job, int64_t virtualStage, int64_t tpRank, int64_t cpRank);
+
+/// Declares tensors in a chunk's table and appends ops to the list being built.
+class OpWriter {
+public:
+  OpWriter(const Job &job, plan::Chunk &chunk) : job(job), chunk(chunk) {}
+
+  std::string declare(const std::string &name, std::vector<int64_t> shape, plan::DType dtype) {
+    chunk.tensors[name] = plan::TensorType{std::move(shape), dtype};
+    return name;
+  }
+  /// An activation [rows, micro_batch, width] in the model dtype.
+  std::string activation(const std::string &name, int64_t rows, int64_t width) {
+    return declare(name, {rows, job.microBatch, width}, job.dtype);
+  }
+  /// Declares the gradient of `tensor` with its type.
+  std::string gradOf(const std::string &tensor) {
+    std::string grad = plan::gradName(tensor);
+    chunk.tensors[grad] = chunk.tensors.at(tensor);
+    return grad;
+  }
+  void emit(plan::OpKind kind, std::vector<std::string> inputs, std::vector<std::string> outputs,
+            std::map<std::string, plan::AttrValue> attrs = {}) {
+    ops->push_back(plan::Op{kind, std::move(inputs), std::move(outputs), std::move(attrs)});
+  }
+
+  const Job &job;
+  plan::Chunk &chunk;
+  std::vector<plan::Op> *ops = nullptr; // the forward or the backward list
+};
+
+/// The attention of one block under context parallelism (RingLowering.cpp): the rank's two
+/// sequence chunks of queries meet every key/value block as the blocks travel the cp ring.
+struct RingAttention {
+  struct Chunks {
+    std::string part[2]; // chunk 0 (cp rank r) and chunk 1 (2cp - 1 - r)
+  };
+  Chunks qIn, kIn;   // the rank's chunks of q and k before RoPE
+  Chunks q, k, v;    // the inputs as the blocks read them (rotated with RoPE)
+  Chunks y, lse;     // the merged attention and its row logsumexp, per query chunk
+  std::string output; // y's chunks concatenated: what the output projection reads
+};
+
+/// Where one block's ring attention runs: its sizes on this rank and its place in the ring.
+struct RingSite {
+  const Job &job;
+  int64_t block, cpRank;
+  int64_t heads, kvHeads, headDim; // this tp rank's
+  bool rope;
+};
+
+/// Splits q, k and v [seq, b, width] into the rank's chunks, rotates them at their positions
+/// (RoPE), and runs the ring; `sfx` names a recomputation.
+RingAttention ringAttentionForward(OpWriter &w, const RingSite &site, const std::string &q,
+                                   const std::string &k, const std::string &v,
+                                   llvm::StringRef sfx);
+/// The ring again from the chunks `saved` kept (selective recompute).
+RingAttention ringAttentionRecompute(OpWriter &w, const RingSite &site, const RingAttention &saved,
+                                     llvm::StringRef sfx);
+/// From the gradient of `ring.output`, the gradients of the unrotated q, k and v [seq, b,
+/// width]: dK and dV travel the ring back to their owner.
+void ringAttentionBackward(OpWriter &w, const RingSite &site, const RingAttention &ring,
+                           const std::string &dOutput, const std::string &dq,
+                           const std::string &dk, const std::string &dv);
+/// Position-embedding ops over a rank's two chunks (learned positions under cp).
+void addChunkPositions(OpWriter &w, int64_t cpRank, const std::string &x, const std::string &out);
+void addChunkPositionsBackward(OpWriter &w, int64_t cpRank, const std::string &dy,
+                               const std::string &dx);
 
 /// What the step schedule of one rank needs besides its stage's pipeline program.
 struct ScheduleInputs {

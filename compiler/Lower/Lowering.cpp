@@ -49,8 +49,17 @@ plan::ParallelSummary parallelSummary(const Program &program, const Mapping &map
   s.tp = mapping.tp;
   s.pp = mapping.pp;
   s.dp = mapping.dp;
-  for (size_t i = 0; i < 3; ++i)
-    s.order[i] = lower::toPlan(par.order[i]);
+  s.cp = mapping.cp;
+  // A size-1 cp sits where Megatron-Core's default puts it, right after tp, wherever the order
+  // named it: orders that differ only there are one layout, and their plans are one plan.
+  s.order.clear();
+  for (Axis a : mapping.layout.grid.order().axes()) {
+    if (a == Axis::EP || (a == Axis::CP && mapping.cp == 1))
+      continue;
+    s.order.push_back(lower::toPlan(a));
+    if (a == Axis::TP && mapping.cp == 1)
+      s.order.push_back(plan::Group::CP);
+  }
   s.chunks = mapping.chunks;
   s.microBatch = mapping.microBatch;
   s.microbatches = mapping.microbatches;
@@ -89,7 +98,7 @@ public:
   PlanLowerer(const Program &program, const Mapping &mapping, llvm::StringRef planId)
       : job(program, mapping), planId(planId.str()),
         stagePrograms(buildPipelineSchedule(job.pipeline)),
-        chunkCache(size_t(job.virtualStages() * job.tp)) {
+        chunkCache(size_t(job.virtualStages() * job.tp * job.cp)) {
     // The template every rank plan starts from: the summaries are the same everywhere.
     blank.planId = this->planId;
     blank.world = mapping.layout.world();
@@ -105,8 +114,9 @@ public:
   /// on several threads at once.
   void lowerAllChunks() {
     llvm::parallelForEachN(0, chunkCache.size(), [&](size_t i) {
-      chunkCache[i] = std::make_unique<lower::LoweredChunk>(
-          lower::lowerChunk(job, int64_t(i) / job.tp, int64_t(i) % job.tp));
+      int64_t slot = int64_t(i);
+      chunkCache[i] = std::make_unique<lower::LoweredChunk>(lower::lowerChunk(
+          job, slot / (job.tp * job.cp), slot / job.cp % job.tp, slot % job.cp));
     });
   }
 
@@ -117,7 +127,7 @@ public:
     plan.rank = rank;
     plan.node = layout.nodeOf(rank);
     plan.localRank = layout.localRankOf(rank);
-    plan.coords = plan::Coords{coords.tp, coords.pp, coords.dp};
+    plan.coords = plan::Coords{coords.tp, coords.pp, coords.dp, coords.cp};
     const StageMemory &stage = memory.stages[size_t(coords.pp)];
     plan.predictedMemory = {std::llround(stage.weights + stage.gathered),
                             std::llround(stage.grads + stage.gradBuffers),
@@ -127,6 +137,8 @@ public:
     plan.groups.pp = layout.ppGroup(rank);
     plan.groups.dp = layout.dpGroup(rank);
     plan.groups.model = layout.modelGroup(rank);
+    plan.groups.cp = layout.cpGroup(rank);
+    plan.groups.dpCp = layout.dpCpGroup(rank);
     // RankLayout gives every rank of a pipeline its ends; only the ends are members.
     if (coords.pp == 0 || coords.pp == job.pp - 1)
       plan.groups.embedding = layout.embeddingGroup(rank, job.tiedHead);
@@ -137,7 +149,7 @@ public:
     inputs.ppGroup = &plan.groups.pp;
     inputs.inEmbeddingGroup = !plan.groups.embedding.empty();
     for (int64_t c = 0; c < job.mapping.chunks; ++c) {
-      const lower::LoweredChunk &lowered = chunkFor(c * job.pp + coords.pp, coords.tp);
+      const lower::LoweredChunk &lowered = chunkFor(c * job.pp + coords.pp, coords.tp, coords.cp);
       plan.chunks.push_back(lowered.chunk);
       plan.params.insert(plan.params.end(), lowered.params.begin(), lowered.params.end());
       std::vector<std::string> &names = inputs.chunkParams.emplace_back();
@@ -155,10 +167,13 @@ public:
   }
 
 private:
-  const lower::LoweredChunk &chunkFor(int64_t virtualStage, int64_t tpRank) {
-    std::unique_ptr<lower::LoweredChunk> &slot = chunkCache[virtualStage * job.tp + tpRank];
+  /// The chunks of one virtual stage depend on the tp and cp rank only.
+  const lower::LoweredChunk &chunkFor(int64_t virtualStage, int64_t tpRank, int64_t cpRank) {
+    std::unique_ptr<lower::LoweredChunk> &slot =
+        chunkCache[(virtualStage * job.tp + tpRank) * job.cp + cpRank];
     if (!slot)
-      slot = std::make_unique<lower::LoweredChunk>(lower::lowerChunk(job, virtualStage, tpRank));
+      slot = std::make_unique<lower::LoweredChunk>(
+          lower::lowerChunk(job, virtualStage, tpRank, cpRank));
     return *slot;
   }
 
@@ -200,7 +215,7 @@ plan::Manifest buildManifest(const Program &program, const Mapping &mapping,
   for (int64_t rank = 0; rank < manifest.world; ++rank) {
     Coords c = layout.coordsOf(rank);
     manifest.ranks.push_back(plan::RankEntry{rank, layout.nodeOf(rank), layout.localRankOf(rank),
-                                             plan::Coords{c.tp, c.pp, c.dp},
+                                             plan::Coords{c.tp, c.pp, c.dp, c.cp},
                                              plan::rankFileName(rank)});
   }
   return manifest;

@@ -42,16 +42,23 @@ plan::DType toPlan(DType dtype) {
 }
 
 plan::Group toPlan(Axis axis) {
-  return axis == Axis::TP ? plan::Group::TP : axis == Axis::PP ? plan::Group::PP : plan::Group::DP;
+  return axis == Axis::TP   ? plan::Group::TP
+         : axis == Axis::PP ? plan::Group::PP
+         : axis == Axis::CP ? plan::Group::CP
+                            : plan::Group::DP;
 }
 
 Job::Job(const Program &program, const Mapping &mapping)
     : program(program), mapping(mapping), tp(mapping.tp), pp(mapping.pp), dp(mapping.dp),
-      layers(program.model.numBlocks()), seq(program.model.seq), microBatch(mapping.microBatch),
+      cp(mapping.cp), layers(program.model.numBlocks()), seq(program.model.seq / mapping.cp),
+      fullSeq(program.model.seq), microBatch(mapping.microBatch),
       hidden(program.model.hidden), paddedVocab(mapping.paddedVocab),
       sequenceParallel(program.parallel.sequenceParallel), biases(hasLinearBiases(program.model)),
-      qkvBias(hasQKVBias(program.model)), tiedHead(program.model.tiedHead()), recompute(program.parallel.recompute),
-      dtype(toPlan(program.model.dtype)), gradDtype(toPlan(program.train.gradDtype)) {
+      qkvBias(hasQKVBias(program.model)), tiedHead(program.model.tiedHead()),
+      recompute(program.parallel.recompute),
+      dtype(toPlan(program.model.dtype)), gradDtype(toPlan(program.train.gradDtype)),
+      gradGroup(mapping.cp > 1 ? plan::Group::DPCP : plan::Group::DP),
+      gradRanks(mapping.gradientRanks()) {
   pipeline.kind = program.parallel.schedule;
   pipeline.stages = mapping.pp;
   pipeline.microbatches = mapping.microbatches;

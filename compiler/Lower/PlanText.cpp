@@ -43,15 +43,22 @@ void printHeader(const plan::RankPlan &plan, raw_ostream &os) {
   const plan::ParallelSummary &p = plan.parallel;
   os << "rank " << plan.rank << " of " << plan.world << ": node " << plan.node << ", local rank "
      << plan.localRank << ", tp " << plan.coords.tp << ", pp " << plan.coords.pp << ", dp "
-     << plan.coords.dp << "\n";
+     << plan.coords.dp;
+  // Context parallelism's coordinate and groups only where there is some.
+  bool cp = p.cp > 1;
+  if (cp)
+    os << ", cp " << plan.coords.cp;
+  os << "\n";
   os << "plan_id " << plan.planId << "\n";
-  os << "job " << plan.model.name << ": tp " << p.tp << ", pp " << p.pp << ", dp " << p.dp << ", "
+  os << "job " << plan.model.name << ": tp " << p.tp << ", pp " << p.pp << ", dp " << p.dp
+     << (cp ? ", cp " + std::to_string(p.cp) : "") << ", "
      << plan::spelling(p.schedule) << ", chunks " << p.chunks << ", " << p.microbatches
      << " microbatches of " << p.microBatch << ", zero " << p.zero << ", recompute "
      << plan::spelling(p.recompute) << (p.sequenceParallel ? ", sequence parallel" : "") << "\n";
   os << "groups\n";
-  for (plan::Group group : {plan::Group::TP, plan::Group::PP, plan::Group::DP, plan::Group::Model,
-                            plan::Group::Embedding}) {
+  for (plan::Group group : plan::kAllGroups) {
+    if (!cp && (group == plan::Group::CP || group == plan::Group::DPCP))
+      continue;
     os << "  " << plan::spelling(group) << " ";
     printList(os, plan.groups.get(group));
     os << "\n";

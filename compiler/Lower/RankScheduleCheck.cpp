@@ -15,6 +15,9 @@
 //     reach the same collective with the same operands, and every collective must complete.
 //     Those over groups that span stages (embedding, model) must follow the rank's last
 //     transfer, so that they never hold up a pipeline.
+//  4. Ring attention's sends and receives inside the op lists (cp > 1): cp groups hold ranks
+//     of one stage too, so their members post their k-th batch of point-to-point ops together;
+//     every such batch must pair each send with the peer's receive of the same size.
 //
 //===----------------------------------------------------------------------===//
 #include "LowerInternal.h"
@@ -23,6 +26,7 @@
 
 #include "llvm/Support/Parallel.h"
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <optional>
@@ -104,9 +108,22 @@ llvm::Error checkPipelines(const Job &job, llvm::ArrayRef<RankPlan> plans) {
                       [&](size_t i) { return checkPipeline(job, plans, *groups[i]); });
 }
 
-/// The collectives inside a chunk's op lists, in order: kind, group and dimension.
+bool isPointToPoint(plan::OpKind kind) {
+  return kind == plan::OpKind::Send || kind == plan::OpKind::Recv;
+}
+
+/// How far ahead along its group's list the peer of a send or recv op of `plan` is.
+int64_t peerDistance(const RankPlan &plan, const plan::Op &op) {
+  const std::vector<int64_t> &members = plan.groups.get(op.groupAttr("group"));
+  int64_t size = int64_t(members.size());
+  int64_t self = std::find(members.begin(), members.end(), plan.rank) - members.begin();
+  return ((op.intAttr("peer") - self) % size + size) % size;
+}
+
+/// The collectives inside a chunk's op lists, in order: kind, group and dimension, or for a
+/// point-to-point op the distance to its peer (ring attention's next and previous rank).
 std::vector<std::tuple<plan::OpKind, std::string, int64_t>>
-collectivesOf(const plan::Chunk &chunk) {
+collectivesOf(const RankPlan &plan, const plan::Chunk &chunk) {
   std::vector<std::tuple<plan::OpKind, std::string, int64_t>> sequence;
   for (const std::vector<plan::Op> *ops : {&chunk.forward, &chunk.backward})
     for (const plan::Op &op : *ops) {
@@ -114,8 +131,10 @@ collectivesOf(const plan::Chunk &chunk) {
       if (group == op.attrs.end())
         continue;
       auto dim = op.attrs.find("dim");
-      sequence.emplace_back(op.kind, std::get<std::string>(group->second),
-                            dim == op.attrs.end() ? -1 : std::get<int64_t>(dim->second));
+      int64_t extra = isPointToPoint(op.kind)   ? peerDistance(plan, op)
+                      : dim == op.attrs.end() ? -1
+                                              : std::get<int64_t>(dim->second);
+      sequence.emplace_back(op.kind, std::get<std::string>(group->second), extra);
     }
   return sequence;
 }
@@ -143,7 +162,7 @@ std::string checkStageAlike(const Job &job, llvm::ArrayRef<RankPlan> plans, cons
     if (!sameInstruction(plan.schedule[i], model.schedule[i], plans))
       return both + " differ at schedule[" + std::to_string(i) + "]";
   for (size_t c = 0; c < plan.chunks.size(); ++c)
-    if (collectivesOf(plan.chunks[c]) != collectivesOf(model.chunks[c]))
+    if (collectivesOf(plan, plan.chunks[c]) != collectivesOf(model, model.chunks[c]))
       return both + " run different collectives in chunk " + std::to_string(c);
   return "";
 }
@@ -151,6 +170,91 @@ std::string checkStageAlike(const Job &job, llvm::ArrayRef<RankPlan> plans, cons
 llvm::Error checkStagesAlike(const Job &job, llvm::ArrayRef<RankPlan> plans) {
   return firstFailure(plans.size(),
                       [&](size_t i) { return checkStageAlike(job, plans, plans[i]); });
+}
+
+/// One op-level send or receive: its peer (a global rank) and the elements it moves.
+struct PointToPoint {
+  bool send;
+  int64_t peer, elements;
+};
+
+/// The maximal runs of consecutive send and recv ops of one op list: each is posted together.
+std::vector<std::vector<PointToPoint>> pointToPointRuns(const RankPlan &plan,
+                                                        const plan::Chunk &chunk,
+                                                        const std::vector<plan::Op> &ops) {
+  std::vector<std::vector<PointToPoint>> runs;
+  bool inRun = false;
+  for (const plan::Op &op : ops) {
+    if (!isPointToPoint(op.kind)) {
+      inRun = false;
+      continue;
+    }
+    if (!inRun)
+      runs.emplace_back();
+    inRun = true;
+    bool send = op.kind == plan::OpKind::Send;
+    const std::vector<int64_t> &shape =
+        chunk.tensors.at(send ? op.inputs.front() : op.outputs.front()).shape;
+    int64_t elements = 1;
+    for (int64_t d : shape)
+      elements *= d;
+    runs.back().push_back(
+        {send, plan.groups.get(op.groupAttr("group"))[size_t(op.intAttr("peer"))], elements});
+  }
+  return runs;
+}
+
+/// The n-th message from `from` among `run`'s sends (or receives): its elements, or -1.
+int64_t nthMessage(const std::vector<PointToPoint> &run, bool send, int64_t other, size_t n) {
+  for (const PointToPoint &m : run)
+    if (m.send == send && m.peer == other && n-- == 0)
+      return m.elements;
+  return -1;
+}
+
+/// Ring attention's exchanges inside the op lists: every member of a cp group posts its k-th
+/// run of a chunk's list when all do (the ranks of a stage run alike), so the runs pair up iff
+/// the k-th run of every member sends each peer exactly what that peer's k-th run receives
+/// from it, message by message.
+std::string checkRing(llvm::ArrayRef<RankPlan> plans, const std::vector<int64_t> &group) {
+  const RankPlan &first = plans[group.front()];
+  for (size_t c = 0; c < first.chunks.size(); ++c)
+    for (bool backward : {false, true}) {
+      std::map<int64_t, std::vector<std::vector<PointToPoint>>> runs;
+      for (int64_t member : group) {
+        const plan::Chunk &chunk = plans[member].chunks[c];
+        runs[member] = pointToPointRuns(plans[member], chunk,
+                                        backward ? chunk.backward : chunk.forward);
+      }
+      std::string where = std::string(backward ? "backward" : "forward") + " of chunk " +
+                          std::to_string(c) + " in cp group " + rankList(group);
+      for (int64_t member : group) {
+        if (runs[member].size() != runs[group.front()].size())
+          return "ranks " + std::to_string(group.front()) + " and " + std::to_string(member) +
+                 " post different numbers of point-to-point runs in the " + where;
+        for (size_t k = 0; k < runs[member].size(); ++k) {
+          std::map<std::pair<bool, int64_t>, size_t> seen;
+          for (const PointToPoint &m : runs[member][k]) {
+            size_t n = seen[{m.send, m.peer}]++;
+            if (nthMessage(runs[m.peer][k], !m.send, member, n) != m.elements)
+              return "rank " + std::to_string(member) + "'s " + (m.send ? "send to" : "recv from") +
+                     " rank " + std::to_string(m.peer) + " in point-to-point run " +
+                     std::to_string(k) + " of the " + where + " has no matching " +
+                     (m.send ? "recv" : "send") + " of " + std::to_string(m.elements) +
+                     " elements";
+          }
+        }
+      }
+    }
+  return "";
+}
+
+llvm::Error checkRings(llvm::ArrayRef<RankPlan> plans) {
+  std::vector<const std::vector<int64_t> *> groups;
+  for (const RankPlan &plan : plans)
+    if (plan.coords.cp == 0 && plan.groups.cp.size() > 1)
+      groups.push_back(&plan.groups.cp);
+  return firstFailure(groups.size(), [&](size_t i) { return checkRing(plans, *groups[i]); });
 }
 
 /// One rendezvous of a rank's schedule: a gradient or parameter collective, or one group of
@@ -250,6 +354,8 @@ llvm::Error checkRankSchedules(const Job &job, llvm::ArrayRef<RankPlan> plans) {
   if (llvm::Error error = checkPipelines(job, plans))
     return error;
   if (llvm::Error error = checkStagesAlike(job, plans))
+    return error;
+  if (llvm::Error error = checkRings(plans))
     return error;
   return checkCollectives(plans);
 }

@@ -73,7 +73,7 @@ bool reads(llvm::ArrayRef<plan::Op> ops, const std::vector<std::string> &params)
 
 std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
   const Job &job = *in.job;
-  const ZeroPolicy policy = zeroPolicy(job.program.parallel, job.dp);
+  const ZeroPolicy policy = zeroPolicy(job.program.parallel, job.gradRanks);
   std::vector<std::vector<std::vector<std::string>>> buckets;
   for (const std::vector<LoweredUnit> *units : in.chunkUnits)
     buckets.push_back(bucketLists(policy, *units));
@@ -99,7 +99,7 @@ std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
     for (size_t b = 0; b < chunkBuckets.size() && aroundUse; ++b)
       if ((gathered[b] = reads(ops, chunkBuckets[b])))
         out.push_back(
-            plan::Instr::allGatherParams(plan::Group::DP, chunkBuckets[b], /*within=*/true));
+            plan::Instr::allGatherParams(job.gradGroup, chunkBuckets[b], /*within=*/true));
     out.push_back(plan::Instr::compute(
         forward ? plan::InstrKind::Forward : plan::InstrKind::Backward, op.chunk, op.microbatch));
     for (size_t b = 0; b < chunkBuckets.size(); ++b) {
@@ -108,7 +108,7 @@ std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
         out.push_back(plan::Instr::releaseParams(bucket, /*within=*/true));
       if (perMicrobatch && !forward)
         out.push_back(plan::Instr::gradCollective(plan::InstrKind::ReduceScatterGrads,
-                                                  plan::Group::DP, /*average=*/true, bucket,
+                                                  job.gradGroup, /*average=*/true, bucket,
                                                   /*within=*/true));
     }
   }
@@ -125,21 +125,21 @@ std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
     std::vector<std::string> all;
     for (const std::vector<std::string> &params : in.chunkParams)
       all.insert(all.end(), params.begin(), params.end());
-    out.push_back(plan::Instr::gradCollective(plan::InstrKind::AllReduceGrads, plan::Group::DP,
+    out.push_back(plan::Instr::gradCollective(plan::InstrKind::AllReduceGrads, job.gradGroup,
                                               /*average=*/true, std::move(all)));
   }
   if (policy.gradReduction() == GradReduction::ReduceScatterPerStep)
     for (const std::vector<std::vector<std::string>> &chunkBuckets : buckets)
       for (const std::vector<std::string> &bucket : chunkBuckets)
         out.push_back(plan::Instr::gradCollective(plan::InstrKind::ReduceScatterGrads,
-                                                  plan::Group::DP, /*average=*/true, bucket));
+                                                  job.gradGroup, /*average=*/true, bucket));
   out.push_back(policy.partitioned()
-                    ? plan::Instr::optimizerStep({plan::Group::Model, plan::Group::DP})
+                    ? plan::Instr::optimizerStep({plan::Group::Model, job.gradGroup})
                     : plan::Instr::optimizerStep({plan::Group::Model}));
   if (policy.gathersWeightsAfterStep())
     for (const std::vector<std::vector<std::string>> &chunkBuckets : buckets)
       for (const std::vector<std::string> &bucket : chunkBuckets)
-        out.push_back(plan::Instr::allGatherParams(plan::Group::DP, bucket));
+        out.push_back(plan::Instr::allGatherParams(job.gradGroup, bucket));
   return out;
 }
 

@@ -17,6 +17,8 @@ const char *toString(Rejection reason) {
   switch (reason) {
   case Rejection::DoesNotDivide:
     return "does not divide";
+  case Rejection::ContextParallel:
+    return "context parallel rule";
   case Rejection::SequenceParallel:
     return "sequence parallel rule";
   case Rejection::ScheduleRule:
@@ -90,7 +92,7 @@ struct ScheduleChoice {
 
 /// Every field's values, each independent of the others so that the space is their product.
 struct Domains {
-  std::vector<int64_t> tp, pp, mb, sp, recompute, zero, order;
+  std::vector<int64_t> tp, pp, cp, mb, sp, recompute, zero, order;
   std::vector<ScheduleChoice> schedules;
 
   Domains(const Program &program) {
@@ -100,11 +102,20 @@ struct Domains {
     std::vector<int64_t> worldDivisors = divisorsOf(world);
     tp = valuesOf(space.tp, worldDivisors, par.tp);
     pp = valuesOf(space.pp, worldDivisors, par.pp);
+    cp = valuesOf(space.cp, worldDivisors, par.cp);
     mb = valuesOf(space.microBatch, divisorsOf(par.globalBatch), par.microBatch);
     sp = valuesOf(space.sequenceParallel, {0, 1}, par.sequenceParallel);
     recompute = valuesOf(space.recompute, {0, 1, 2}, int64_t(par.recompute));
     zero = valuesOf(space.zero, range(0, 3), par.zero);
-    order = valuesOf(space.order, range(0, 5), orderCode(par.order));
+    // `order = auto` tries the 24 orders of tp, cp, dp and pp when cp may exceed 1, else the
+    // 6 without cp (allOrders() lists those last); listed orders as written.
+    bool context = std::any_of(cp.begin(), cp.end(), [](int64_t v) { return v > 1; });
+    int64_t all = int64_t(allOrders().size()), withCp = 24;
+    order = space.order.values.empty() && context  ? valuesOf(space.order, range(0, withCp - 1), 0)
+            : space.order.values.empty()           ? valuesOf(space.order, range(withCp, all - 1), 0)
+                                                   : valuesOf(space.order, range(0, all - 1), 0);
+    if (!space.order.open)
+      order = {orderCode(par.order)};
     if (!space.schedule.open) {
       schedules.push_back({par.schedule, par.chunks});
       return;
@@ -123,16 +134,11 @@ struct Domains {
           schedules.push_back({kind, v});
     }
   }
-
-  static int64_t orderCode(const std::array<Axis, 3> &order) {
-    const auto &orders = allOrders();
-    return std::find(orders.begin(), orders.end(), order) - orders.begin();
-  }
 };
 
 /// A feasible candidate, small enough to keep by the hundred thousand.
 struct Scored {
-  int64_t tp, pp, dp, mb, chunks;
+  int64_t tp, pp, dp, cp, mb, chunks;
   uint8_t kind, zero, recompute, sp, order;
   double bound, bytes;
   int64_t crossing; // ranks of the groups that span nodes, for ties
@@ -143,6 +149,7 @@ ParallelSpec specOf(const ParallelSpec &base, const Scored &s) {
   p.tp = s.tp;
   p.pp = s.pp;
   p.dp = s.dp;
+  p.cp = s.cp;
   p.dpAuto = false;
   p.microBatch = s.mb;
   p.schedule = ScheduleKind(s.kind);
@@ -157,7 +164,7 @@ ParallelSpec specOf(const ParallelSpec &base, const Scored &s) {
 
 int64_t crossingRanks(const RankLayout &layout) {
   int64_t n = 0;
-  for (Axis a : {Axis::TP, Axis::PP, Axis::DP})
+  for (Axis a : {Axis::TP, Axis::CP, Axis::PP, Axis::DP})
     if (layout.anyGroupCrossesNodes(a))
       n += layout.sizeOf(a);
   return n;
@@ -179,7 +186,9 @@ struct Tally {
   }
 };
 
-std::optional<PureFamily> familyOf(int64_t tp, int64_t pp, int64_t dp) {
+std::optional<PureFamily> familyOf(int64_t tp, int64_t pp, int64_t dp, int64_t cp) {
+  if (cp > 1)
+    return std::nullopt;
   if (tp == 1 && pp == 1)
     return PureFamily::DataParallel;
   if (pp == 1 && dp == 1)
@@ -193,8 +202,8 @@ class Enumerator {
 public:
   Enumerator(const Program &program, const Domains &d) : program(program), d(d) {}
 
-  /// Enumerates every candidate with this tp and pp into `t`.
-  void run(int64_t tp, int64_t pp, Tally &t);
+  /// Enumerates every candidate with this tp, cp and pp into `t`.
+  void run(int64_t tp, int64_t cp, int64_t pp, Tally &t);
 
 private:
   size_t below(size_t level) const {
@@ -211,15 +220,19 @@ private:
   const Domains &d;
 };
 
-void Enumerator::run(int64_t tp, int64_t pp, Tally &t) {
+void Enumerator::run(int64_t tp, int64_t cp, int64_t pp, Tally &t) {
   const int64_t world = program.cluster.world(), blocks = program.model.numBlocks();
   const ParallelSpec &base = program.parallel;
-  if (world % tp != 0 || !tensorParallelSplits(program.model, tp) || world / tp % pp != 0 ||
-      pp > blocks) {
+  if (world % tp != 0 || !tensorParallelSplits(program.model, tp) || world / tp % cp != 0 ||
+      world / (tp * cp) % pp != 0 || pp > blocks) {
     t.reject(Rejection::DoesNotDivide, int64_t(below(0)));
     return;
   }
-  const int64_t dp = world / (tp * pp);
+  if (!contextParallelSplits(program.model, cp)) {
+    t.reject(Rejection::ContextParallel, int64_t(below(0)));
+    return;
+  }
+  const int64_t dp = world / (tp * cp * pp);
   bool dpFits = base.dpAuto ? base.space.dp.allows(dp) : dp == base.dp;
   std::optional<int64_t> padded = paddedVocab(program.model.vocab, tp);
   if (!dpFits || !padded) {
@@ -227,7 +240,8 @@ void Enumerator::run(int64_t tp, int64_t pp, Tally &t) {
     return;
   }
   Program p = program;
-  std::optional<PureFamily> family = familyOf(tp, pp, dp);
+  p.parallel.cp = cp;
+  std::optional<PureFamily> family = familyOf(tp, pp, dp, cp);
   for (int64_t mb : d.mb) {
     if (base.globalBatch % (mb * dp) != 0) {
       t.reject(Rejection::DoesNotDivide, int64_t(below(1)));
@@ -235,7 +249,7 @@ void Enumerator::run(int64_t tp, int64_t pp, Tally &t) {
     }
     const int64_t microbatches = base.globalBatch / (mb * dp);
     for (int64_t sp : d.sp) {
-      if (sp && !sequenceParallelSplits(program.model, tp)) {
+      if (sp && !sequenceParallelSplits(program.model, tp, cp)) {
         t.reject(Rejection::SequenceParallel, int64_t(below(2)));
         continue;
       }
@@ -255,7 +269,7 @@ void Enumerator::run(int64_t tp, int64_t pp, Tally &t) {
         }
         for (int64_t rc : d.recompute)
           for (int64_t zero : d.zero) {
-            if (zero > 0 && dp == 1) {
+            if (zero > 0 && dp * cp == 1) {
               t.reject(Rejection::ZeroWithoutDP, int64_t(d.order.size()));
               continue;
             }
@@ -271,7 +285,7 @@ void Enumerator::run(int64_t tp, int64_t pp, Tally &t) {
             par.sequenceParallel = sp;
             Mapping m = makeMapping(p, dp, *partition, *padded);
             double bytes = estimateMemory(p, m).maxRankBytes();
-            Scored s{tp, pp, dp, mb, par.chunks, uint8_t(sched.kind), uint8_t(zero),
+            Scored s{tp, pp, dp, cp, mb, par.chunks, uint8_t(sched.kind), uint8_t(zero),
                      uint8_t(rc), uint8_t(sp), 0, 0, bytes, 0};
             if (family)
               ++t.familySeen[size_t(*family)];
@@ -300,7 +314,12 @@ void Enumerator::run(int64_t tp, int64_t pp, Tally &t) {
 void Enumerator::scoreOrders(Program &p, Mapping &m, Scored s, Tally &t) {
   for (int64_t order : d.order) {
     p.parallel.order = allOrders()[size_t(order)];
-    m.layout = RankLayout(s.tp, s.pp, s.dp, p.parallel.order, program.cluster.gpusPerNode);
+    if (!orderNamesAxes(p.parallel.order, axisSizes(s.tp, s.cp, 1, s.dp, s.pp))) {
+      t.reject(Rejection::ContextParallel, 1);
+      continue;
+    }
+    m.layout =
+        RankLayout(s.tp, s.pp, s.dp, p.parallel.order, program.cluster.gpusPerNode, s.cp);
     s.order = uint8_t(order);
     s.bound = stepLowerBound(p, m, buildWorkTable(p, m));
     s.crossing = crossingRanks(m.layout);
@@ -324,7 +343,8 @@ std::string familyProblem(const Program &program, PureFamily family) {
                   : std::string("the parallel block fixes ") + name + " = " + s(fixed);
   };
   for (std::string why : {excluded("tp", par.space.tp, par.tp, tp),
-                          excluded("pp", par.space.pp, par.pp, pp)})
+                          excluded("pp", par.space.pp, par.pp, pp),
+                          excluded("cp", par.space.cp, par.cp, 1)})
     if (!why.empty())
       return why;
   if (!par.dpAuto && par.dp != dp)
@@ -341,22 +361,22 @@ std::string familyProblem(const Program &program, PureFamily family) {
 
 /// The rank order with the axes of size 1 left out: orders that differ only in where such an
 /// axis goes lay the ranks out identically.
-std::array<int, 3> canonicalOrder(const Scored &s) {
-  std::array<int, 3> out = {-1, -1, -1};
+std::array<int, kAxes> canonicalOrder(const Scored &s) {
+  std::array<int, kAxes> out;
+  out.fill(-1);
   size_t n = 0;
-  for (Axis a : allOrders()[s.order]) {
-    int64_t size = a == Axis::TP ? s.tp : a == Axis::PP ? s.pp : s.dp;
-    if (size > 1)
+  AxisSizes sizes = axisSizes(s.tp, s.cp, 1, s.dp, s.pp);
+  for (Axis a : allOrders()[s.order].axes())
+    if (sizes[indexOf(a)] > 1)
       out[n++] = int(a);
-  }
   return out;
 }
 
 /// Everything that tells two candidates apart, for a total order of ties and to drop
 /// orders that are the same layout.
 auto identity(const Scored &s) {
-  return std::make_tuple(s.tp, s.pp, s.dp, s.mb, s.kind, s.chunks, s.zero, s.recompute, s.sp,
-                         canonicalOrder(s), s.order);
+  return std::make_tuple(s.tp, s.pp, s.dp, s.cp, s.mb, s.kind, s.chunks, s.zero, s.recompute,
+                         s.sp, canonicalOrder(s), s.order);
 }
 
 bool before(const Scored &a, const Scored &b) {
@@ -371,7 +391,7 @@ bool before(const Scored &a, const Scored &b) {
 
 bool sameLayout(const Scored &a, const Scored &b) {
   auto ia = identity(a), ib = identity(b);
-  std::get<10>(ia) = std::get<10>(ib) = 0;
+  std::get<11>(ia) = std::get<11>(ib) = 0;
   return ia == ib;
 }
 
@@ -430,10 +450,11 @@ std::vector<Candidate> fastest(const Program &program, std::vector<const Scored 
 SearchResult searchMappings(const Program &program, const SearchOptions &options) {
   auto start = std::chrono::steady_clock::now();
   Domains d(program);
-  std::vector<std::pair<int64_t, int64_t>> pairs;
+  std::vector<std::array<int64_t, 3>> pairs;
   for (int64_t tp : d.tp)
-    for (int64_t pp : d.pp)
-      pairs.push_back({tp, pp});
+    for (int64_t cp : d.cp)
+      for (int64_t pp : d.pp)
+        pairs.push_back({tp, cp, pp});
 
   unsigned threads = std::max(1u, std::min<unsigned>(options.threads, unsigned(pairs.size())));
   std::vector<Tally> tallies(threads);
@@ -441,7 +462,7 @@ SearchResult searchMappings(const Program &program, const SearchOptions &options
   auto work = [&](unsigned id) {
     Enumerator e(program, d);
     for (size_t i; (i = next.fetch_add(1)) < pairs.size(); ++finished)
-      e.run(pairs[i].first, pairs[i].second, tallies[id]);
+      e.run(pairs[i][0], pairs[i][1], pairs[i][2], tallies[id]);
   };
   std::vector<std::thread> pool;
   for (unsigned id = 1; id < threads; ++id)
@@ -487,7 +508,7 @@ SearchResult searchMappings(const Program &program, const SearchOptions &options
   for (size_t f = 0; f < kPureFamilies; ++f) {
     std::vector<const Scored *> members;
     for (const Scored &s : feasible)
-      if (familyOf(s.tp, s.pp, s.dp) == PureFamily(f))
+      if (familyOf(s.tp, s.pp, s.dp, s.cp) == PureFamily(f))
         members.push_back(&s);
     if (!members.empty()) {
       result.pure[f] = fastest(program, members, 1).front();

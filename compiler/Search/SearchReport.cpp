@@ -15,7 +15,12 @@ namespace {
 
 std::string seconds(double s) { return formatQuantity(s, Dimension::time()); }
 
-double exposedComm(const StepBreakdown &b) { return b.tp + b.pp + b.dp; }
+double exposedComm(const StepBreakdown &b) { return b.tp + b.pp + b.dp + b.cp; }
+
+/// Whether the table has a cp column: only when the search may choose cp > 1.
+bool withContext(const Program &program) {
+  return program.parallel.space.cp.open || program.parallel.cp > 1;
+}
 
 
 /// Where `loser` spends the most time beyond `best`: "bubble 40.1 s vs 1.4 s".
@@ -25,7 +30,7 @@ std::string whyItLoses(const Candidate &loser, const Candidate &best) {
       {"compute", {l.compute, b.compute}},          {"recompute", {l.recompute, b.recompute}},
       {"the bubble", {l.bubble, b.bubble}},         {"tp communication", {l.tp, b.tp}},
       {"pp communication", {l.pp, b.pp}},           {"dp communication", {l.dp, b.dp}},
-      {"the optimizer", {l.optimizer, b.optimizer}}};
+      {"cp communication", {l.cp, b.cp}},           {"the optimizer", {l.optimizer, b.optimizer}}};
   const char *worst = nullptr;
   double gap = 0, mine = 0, theirs = 0;
   for (const auto &[name, pair] : parts)
@@ -68,16 +73,17 @@ std::vector<std::string> row(size_t rank, const Candidate &c, const Program &pro
   const ParallelSpec &p = c.parallel;
   const CostEstimate &cost = c.cost;
   double memory = double(program.cluster.gpuMemory);
-  return {std::to_string(rank),
-          std::to_string(p.tp),
-          std::to_string(p.pp),
-          std::to_string(p.dp),
+  std::vector<std::string> cells = {std::to_string(rank), std::to_string(p.tp),
+                                    std::to_string(p.pp), std::to_string(p.dp)};
+  if (withContext(program))
+    cells.push_back(std::to_string(p.cp));
+  std::vector<std::string> rest = {
           std::to_string(p.microBatch),
           p.scheduleText(),
           std::to_string(p.zero),
           toString(p.recompute),
           p.sequenceParallel ? "yes" : "no",
-          orderText(p.order),
+          p.orderText(),
           seconds(c.step()),
           formatNumber("%.0f", cost.tokensPerSecond),
           formatNumber("%.1f%%", 100 * cost.mfu),
@@ -85,6 +91,8 @@ std::vector<std::string> row(size_t rank, const Candidate &c, const Program &pro
           formatNumber("%.0f%%", 100 * c.maxRankBytes / memory),
           seconds(cost.breakdown.bubble),
           seconds(exposedComm(cost.breakdown))};
+  cells.insert(cells.end(), rest.begin(), rest.end());
+  return cells;
 }
 
 const char *familyAxes(PureFamily f) {
@@ -106,12 +114,13 @@ llvm::json::Object candidateJSON(const Candidate &c) {
       {"tp", p.tp},
       {"pp", p.pp},
       {"dp", p.dp},
+      {"cp", p.cp},
       {"micro_batch", p.microBatch},
       {"schedule", p.scheduleText()},
       {"zero", p.zero},
       {"recompute", toString(p.recompute)},
       {"sequence_parallel", p.sequenceParallel},
-      {"order", orderText(p.order)},
+      {"order", p.orderText()},
       {"step_time_estimate_s", c.step()},
       {"max_rank_bytes", int64_t(std::llround(c.maxRankBytes))},
       {"mfu_estimate", c.cost.mfu},
@@ -126,12 +135,13 @@ llvm::json::Object candidateJSON(const Candidate &c) {
 
 std::string mappingText(const ParallelSpec &p) {
   std::string s = "tp " + std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", dp " +
-                  std::to_string(p.dp) + ", micro_batch " + std::to_string(p.microBatch) +
+                  std::to_string(p.dp) + (p.cp > 1 ? ", cp " + std::to_string(p.cp) : "") +
+                  ", micro_batch " + std::to_string(p.microBatch) +
                   ", " + p.scheduleText() + ", zero " + std::to_string(p.zero) +
                   ", recompute " + toString(p.recompute);
   if (p.sequenceParallel)
     s += ", sequence parallel";
-  return s + ", order " + orderText(p.order);
+  return s + ", order " + p.orderText();
 }
 
 void printSearch(const SearchResult &r, const Program &program, llvm::raw_ostream &os) {
@@ -161,12 +171,20 @@ void printSearch(const SearchResult &r, const Program &program, llvm::raw_ostrea
     return;
   }
   os << "\n";
-  std::vector<std::vector<std::string>> rows = {
-      {"#", "tp", "pp", "dp", "mb", "schedule", "zero", "recompute", "sp", "order", "step",
-       "tokens/s", "MFU", "memory", "of GPU", "bubble", "exposed comm"}};
+  std::vector<std::string> header = {"#", "tp", "pp", "dp"};
+  std::string align = "rrrr";
+  if (withContext(program)) {
+    header.push_back("cp");
+    align += "r";
+  }
+  for (const char *h : {"mb", "schedule", "zero", "recompute", "sp", "order", "step", "tokens/s",
+                        "MFU", "memory", "of GPU", "bubble", "exposed comm"})
+    header.push_back(h);
+  align += "rlrlllrrrrrrr";
+  std::vector<std::vector<std::string>> rows = {header};
   for (size_t i = 0; i < r.top.size(); ++i)
     rows.push_back(row(i + 1, r.top[i], program));
-  printTable(os, rows, "rrrrrlrlllrrrrrrr");
+  printTable(os, rows, align);
 
   os << "\nDP vs TP vs PP, the best mapping of each single axis:\n";
   for (size_t f = 0; f < kPureFamilies; ++f) {

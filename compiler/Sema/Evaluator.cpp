@@ -427,31 +427,34 @@ std::optional<Value> Evaluator::evalOrder(const ast::Expr &expr) {
   };
   Value v;
   v.kind = Value::Order;
-  bool ok = flatten(expr) && parts.size() == 3;
-  std::string seen;
+  bool ok = flatten(expr);
+  std::vector<Axis> named;
+  std::vector<llvm::StringRef> words;
+  for (Axis a : kAllAxes)
+    words.push_back(toString(a));
   for (size_t i = 0; ok && i < parts.size(); ++i) {
     std::string axis = *bareName(*parts[i]);
-    if (axis == "tp")
-      v.order[i] = Axis::TP;
-    else if (axis == "dp")
-      v.order[i] = Axis::DP;
-    else if (axis == "pp")
-      v.order[i] = Axis::PP;
-    else {
-      diags.error(parts[i]->range, "unknown parallel axis '" + axis + "'; expected tp, dp or pp" +
-                                       didYouMean(axis, {"tp", "dp", "pp"}));
+    auto it = std::find(words.begin(), words.end(), axis);
+    if (it == words.end()) {
+      diags.error(parts[i]->range, "unknown parallel axis '" + axis +
+                                       "'; expected tp, cp, ep, dp or pp" +
+                                       didYouMean(axis, {"tp", "cp", "ep", "dp", "pp"}));
       return std::nullopt;
     }
-    if (seen.find(axis) != std::string::npos)
-      ok = false;
-    seen += axis;
+    Axis a = kAllAxes[size_t(it - words.begin())];
+    ok = !llvm::is_contained(named, a);
+    named.push_back(a);
   }
+  for (Axis required : {Axis::TP, Axis::DP, Axis::PP})
+    ok = ok && llvm::is_contained(named, required);
   if (!ok) {
-    diags.error(expr.range, "'order' must name tp, dp and pp once each, fastest-varying first "
-                            "(for example tp-dp-pp)");
+    diags.error(expr.range, "'order' must name tp, dp and pp once each, and may name cp and ep, "
+                            "fastest-varying first (for example tp-dp-pp or tp-cp-dp-pp)");
     return std::nullopt;
   }
-  v.word = seen.substr(0, 2) + "-" + seen.substr(2, 2) + "-" + seen.substr(4, 2);
+  v.order = RankOrder(named);
+  for (Axis a : named)
+    v.word += (v.word.empty() ? "" : "-") + std::string(toString(a));
   return v;
 }
 
@@ -588,7 +591,7 @@ std::optional<Value> Evaluator::evaluateField(const ast::Expr &expr, const Field
     return evalAuto(expr, spec, scope);
   if (expr.kind == ast::Expr::Call && expr.path.size() == 1 && expr.path[0] == "auto") {
     diags.error(expr.range, "'" + spec.name + "' cannot be auto: the search chooses tp, pp, "
-                                              "dp, micro_batch, schedule, zero, recompute, "
+                                              "dp, cp, micro_batch, schedule, zero, recompute, "
                                               "sequence_parallel and order");
     return std::nullopt;
   }
@@ -644,21 +647,23 @@ std::optional<Value> Evaluator::defaultValue(const FieldSpec &spec, const Scope 
     expr.literal = number.str();
     expr.unit = unit.str();
   } else if (number.contains('-') && spec.type == FieldType::Order) {
-    llvm::SmallVector<llvm::StringRef, 3> axes;
+    llvm::SmallVector<llvm::StringRef, 5> axes;
     text.split(axes, '-');
     auto ref = [](llvm::StringRef n) {
       auto e = std::make_unique<ast::Expr>(ast::Expr::Ref, llvm::SMRange());
       e->path.push_back(n.str());
       return e;
     };
-    expr.kind = ast::Expr::Binary;
-    expr.op = '-';
-    auto inner = std::make_unique<ast::Expr>(ast::Expr::Binary, llvm::SMRange());
-    inner->op = '-';
-    inner->operands.push_back(ref(axes[0]));
-    inner->operands.push_back(ref(axes[1]));
-    expr.operands.push_back(std::move(inner));
-    expr.operands.push_back(ref(axes[2]));
+    // a-b-c-d parses as ((a - b) - c) - d.
+    std::unique_ptr<ast::Expr> tree = ref(axes[0]);
+    for (size_t i = 1; i < axes.size(); ++i) {
+      auto node = std::make_unique<ast::Expr>(ast::Expr::Binary, llvm::SMRange());
+      node->op = '-';
+      node->operands.push_back(std::move(tree));
+      node->operands.push_back(ref(axes[i]));
+      tree = std::move(node);
+    }
+    expr = std::move(*tree);
   } else {
     expr.kind = ast::Expr::Ref;
     expr.path.push_back(text.str());

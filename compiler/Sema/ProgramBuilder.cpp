@@ -35,7 +35,6 @@ const char *toString(Recompute r) {
   return r == Recompute::None ? "none" : r == Recompute::Selective ? "selective" : "full";
 }
 const char *toString(Optimizer o) { return o == Optimizer::Adam ? "adam" : "sgd"; }
-const char *toString(Axis a) { return a == Axis::TP ? "tp" : a == Axis::DP ? "dp" : "pp"; }
 const char *toString(Attention a) { return a == Attention::Flash ? "flash" : "standard"; }
 const char *toString(GPUKind k) {
   const GPUDatasheet *row = datasheetOf(k);
@@ -49,27 +48,27 @@ bool Choices::allows(int64_t v) const {
 }
 
 bool SearchSpace::searches() const {
-  for (const Choices *c : {&tp, &pp, &microBatch, &zero, &recompute, &sequenceParallel, &order,
-                           &schedule, &chunks})
+  for (const Choices *c : {&tp, &pp, &cp, &microBatch, &zero, &recompute, &sequenceParallel,
+                           &order, &schedule, &chunks})
     if (c->open)
       return true;
   return false;
 }
 
-const std::array<std::array<Axis, 3>, 6> &allOrders() {
-  static const std::array<std::array<Axis, 3>, 6> orders = {{
-      {Axis::TP, Axis::DP, Axis::PP},
-      {Axis::TP, Axis::PP, Axis::DP},
-      {Axis::DP, Axis::TP, Axis::PP},
-      {Axis::DP, Axis::PP, Axis::TP},
-      {Axis::PP, Axis::TP, Axis::DP},
-      {Axis::PP, Axis::DP, Axis::TP},
-  }};
+const std::vector<RankOrder> &allOrders() {
+  static const std::vector<RankOrder> orders = [] {
+    std::vector<RankOrder> out;
+    for (std::vector<Axis> axes : {std::vector<Axis>{Axis::TP, Axis::CP, Axis::DP, Axis::PP},
+                                   std::vector<Axis>{Axis::TP, Axis::DP, Axis::PP}}) {
+      std::vector<Axis> permutation = axes;
+      std::sort(permutation.begin(), permutation.end());
+      do
+        out.push_back(RankOrder(permutation));
+      while (std::next_permutation(permutation.begin(), permutation.end()));
+    }
+    return out;
+  }();
   return orders;
-}
-
-std::string orderText(const std::array<Axis, 3> &order) {
-  return std::string(toString(order[0])) + "-" + toString(order[1]) + "-" + toString(order[2]);
 }
 
 std::string ParallelSpec::scheduleText() const {
@@ -77,6 +76,15 @@ std::string ParallelSpec::scheduleText() const {
   if (schedule == ScheduleKind::Interleaved)
     s += "(chunks = " + std::to_string(chunks) + ")";
   return s;
+}
+
+int64_t orderCode(const RankOrder &order) {
+  std::vector<Axis> named;
+  for (Axis a : order.namedAxes())
+    if (a != Axis::EP)
+      named.push_back(a);
+  const std::vector<RankOrder> &orders = allOrders();
+  return std::find(orders.begin(), orders.end(), RankOrder(named)) - orders.begin();
 }
 
 int64_t ModelSpec::numBlocks() const {
@@ -207,10 +215,8 @@ int64_t choiceCode(llvm::StringRef name, const Value &v) {
     return v.word == "true";
   if (name == "schedule")
     return int64_t(scheduleKindOf(v.word));
-  if (name == "order") {
-    const auto &orders = allOrders();
-    return std::find(orders.begin(), orders.end(), v.order) - orders.begin();
-  }
+  if (name == "order")
+    return orderCode(v.order);
   return v.i;
 }
 
@@ -232,6 +238,7 @@ void fillSearchSpace(const ResolvedBlock &block, SearchSpace &space) {
       {"tp", &SearchSpace::tp},
       {"pp", &SearchSpace::pp},
       {"dp", &SearchSpace::dp},
+      {"cp", &SearchSpace::cp},
       {"micro_batch", &SearchSpace::microBatch},
       {"zero", &SearchSpace::zero},
       {"recompute", &SearchSpace::recompute},
@@ -379,6 +386,7 @@ void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBl
   par.name = parallelBlock.name;
   par.tp = std::max<int64_t>(p.integer("tp"), 1);
   par.pp = std::max<int64_t>(p.integer("pp"), 1);
+  par.cp = std::max<int64_t>(p.integer("cp"), 1);
   par.dpAuto = p.autoValue("dp") != nullptr;
   par.dp = par.dpAuto ? 0 : p.integer("dp");
   if (const ResolvedField *order = parallelBlock.field("order"); order && !order->value.isAuto())

@@ -22,7 +22,7 @@ enum class FieldType {
   Quantity,    // a number of the spec's dimension, > 0 (>= 0 for times)
   Enum,        // one of `words`
   Bool,        // true | false
-  Order,       // a permutation of tp, dp, pp written tp-dp-pp
+  Order,       // tp, dp, pp and optionally cp, ep, each once: tp-cp-dp-pp
   Schedule,    // gpipe | 1f1b | interleaved(chunks = V)
   CountOrAuto, // integer >= 1, or `auto`
   CountList,   // [a, b, ...] of integers >= 1

@@ -116,8 +116,8 @@ void printSummary(const Program &p, const Mapping &mapping, llvm::raw_ostream &o
      << c.world() << "), " << formatBytes(double(c.gpuMemory)) << " and "
      << formatQuantity(c.gpuFlops, Dimension::flopRate()) << " each\n";
   os << "mapping  tp " << par.tp << ", pp " << par.pp << ", dp " << mapping.dp
-     << (par.dpAuto ? " (auto)" : "") << ", order "
-     << orderText(par.order) << ", schedule " << par.scheduleText();
+     << (par.dpAuto ? " (auto)" : "") << (par.cp > 1 ? ", cp " + std::to_string(par.cp) : "")
+     << ", order " << par.orderText() << ", schedule " << par.scheduleText();
   os << ", zero " << par.zero << ", recompute " << toString(par.recompute)
      << (par.sequenceParallel ? ", sequence parallel" : "") << "\n";
   os << "batch    global " << mapping.globalBatch << " = " << mapping.microbatches

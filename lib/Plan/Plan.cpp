@@ -43,7 +43,8 @@ ArrayRef<StringLiteral> spellings(Optimizer) {
   return names;
 }
 ArrayRef<StringLiteral> spellings(Group) {
-  static constexpr StringLiteral names[] = {"tp", "pp", "dp", "model", "embedding"};
+  static constexpr StringLiteral names[] = {"tp",        "pp", "dp",   "model",
+                                            "embedding", "cp", "dp_cp"};
   return names;
 }
 ArrayRef<StringLiteral> spellings(ShardKind) {
@@ -83,8 +84,14 @@ ArrayRef<StringLiteral> spellings(OpKind) {
                                             "swiglu_bwd",
                                             "residual_add_bwd",
                                             "split_bwd",
-                                            "cross_entropy_bwd"};
-  static_assert(std::size(names) == size_t(OpKind::CrossEntropyBwd) + 1);
+                                            "cross_entropy_bwd",
+                                            "send",
+                                            "recv",
+                                            "concat",
+                                            "attention_block",
+                                            "attention_merge",
+                                            "attention_block_bwd"};
+  static_assert(std::size(names) == size_t(OpKind::AttentionBlockBwd) + 1);
   return names;
 }
 ArrayRef<StringLiteral> spellings(InstrKind) {
@@ -135,11 +142,17 @@ namespace {
 constexpr AttrSpec vocabAttrs[] = {{"vocab_offset", AttrType::Int}};
 constexpr AttrSpec epsAttrs[] = {{"eps", AttrType::Number}};
 constexpr AttrSpec matmulAttrs[] = {{"trans_a", AttrType::Bool}, {"trans_b", AttrType::Bool}};
-constexpr AttrSpec ropeAttrs[] = {{"heads", AttrType::Int}, {"theta", AttrType::Number}};
+constexpr AttrSpec ropeAttrs[] = {
+    {"heads", AttrType::Int}, {"offset", AttrType::Int}, {"theta", AttrType::Number}};
+constexpr AttrSpec offsetAttrs[] = {{"offset", AttrType::Int}};
+constexpr AttrSpec peerAttrs[] = {{"group", AttrType::Group}, {"peer", AttrType::Int}};
 constexpr AttrSpec attentionAttrs[] = {{"causal", AttrType::Bool},
                                        {"flash", AttrType::Bool},
                                        {"heads", AttrType::Int},
                                        {"kv_heads", AttrType::Int}};
+/// Ring attention's blocks always keep their rows' logsumexp, as FlashAttention does.
+constexpr AttrSpec blockAttrs[] = {
+    {"causal", AttrType::Bool}, {"heads", AttrType::Int}, {"kv_heads", AttrType::Int}};
 constexpr AttrSpec dimAttrs[] = {{"dim", AttrType::Int}};
 constexpr AttrSpec groupAttrs[] = {{"group", AttrType::Group}};
 constexpr AttrSpec groupDimAttrs[] = {{"group", AttrType::Group}, {"dim", AttrType::Int}};
@@ -153,7 +166,7 @@ const OpInfo &opInfo(OpKind kind) {
   // {inputs, outputs, backwardOnly, attrs}; docs/plan-format.md names each operand.
   static const OpInfo table[] = {
       {2, 1, false, vocabAttrs},     // embedding: ids, weight -> y
-      {2, 1, false, {}},             // position_embedding: x, weight -> y
+      {2, 1, false, offsetAttrs},    // position_embedding: x, weight -> y
       {3, 1, false, epsAttrs},       // layernorm: x, weight, bias -> y
       {2, 1, false, epsAttrs},       // rmsnorm: x, weight -> y
       {2, 1, false, matmulAttrs},    // matmul: a, b -> c
@@ -169,7 +182,7 @@ const OpInfo &opInfo(OpKind kind) {
       {1, 1, false, groupDimAttrs},  // reduce_scatter
       {2, 1, false, lossAttrs},      // cross_entropy: logits, labels -> loss
       {2, 1, true, vocabAttrs},      // embedding_bwd: ids, dy -> dweight
-      {1, 2, true, {}},              // position_embedding_bwd: dy -> dx, dweight
+      {1, 2, true, offsetAttrs},     // position_embedding_bwd: dy -> dx, dweight
       {3, 3, true, epsAttrs},        // layernorm_bwd: x, weight, dy -> dx, dweight, dbias
       {3, 2, true, epsAttrs},        // rmsnorm_bwd: x, weight, dy -> dx, dweight
       {3, 2, true, matmulAttrs},     // matmul_bwd: a, b, dc -> da, db
@@ -181,8 +194,14 @@ const OpInfo &opInfo(OpKind kind) {
       {1, 2, true, {}},              // residual_add_bwd: dy -> da, db
       {many, 1, true, dimAttrs},     // split_bwd: dparts -> dx
       {3, 1, true, lossAttrs},       // cross_entropy_bwd: logits, labels, dloss -> dlogits
+      {1, 0, false, peerAttrs},      // send: x ->
+      {0, 1, false, peerAttrs},      // recv: -> y
+      {many, 1, false, dimAttrs},    // concat: parts -> x
+      {3, 2, false, blockAttrs},     // attention_block: q, k, v -> y, lse
+      {4, 2, false, {}},             // attention_merge: y1, lse1, y2, lse2 -> y, lse
+      {6, 3, true, blockAttrs},      // attention_block_bwd: q, k, v, y, lse, dy -> dq, dk, dv
   };
-  static_assert(std::size(table) == size_t(OpKind::CrossEntropyBwd) + 1);
+  static_assert(std::size(table) == size_t(OpKind::AttentionBlockBwd) + 1);
   return table[static_cast<size_t>(kind)];
 }
 
@@ -223,6 +242,10 @@ const std::vector<int64_t> &Groups::get(Group group) const {
     return model;
   case Group::Embedding:
     return embedding;
+  case Group::CP:
+    return cp;
+  case Group::DPCP:
+    return dpCp;
   }
   llvm_unreachable("unknown group");
 }

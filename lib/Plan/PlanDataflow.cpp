@@ -135,9 +135,26 @@ void ChunkFlow::checkAttrs(const Op &op, llvm::function_ref<std::string()> opPat
       double value = op.numberAttr(name);
       if (!(value > 0 && std::isfinite(value)))
         ctx.fail(attrPath(), "must be positive, got " + numberText(value));
+    } else if (name == "peer") {
+      // Checked after the group, which must exist: a position in this rank's group list.
+      int64_t peer = op.intAttr(name);
+      Group group = op.groupAttr("group");
+      size_t members = plan.groups.get(group).size();
+      if (!ctx.failed() && (peer < 0 || peer >= int64_t(members)))
+        ctx.fail(attrPath(), Twine(peer) + " is not a position in this rank's " +
+                                 spelling(group) + " group of " + Twine(members));
+    } else if (name == "offset") {
+      // The position of the first row: the rows must lie inside the sequence.
+      int64_t offset = op.intAttr(name);
+      const std::vector<int64_t> &shape = chunk.tensors.at(op.inputs.front()).shape;
+      int64_t rows = shape.empty() ? 0 : shape.front();
+      if (offset < 0 || offset + rows > plan.model.seq)
+        ctx.fail(attrPath(), "rows " + Twine(offset) + " to " + Twine(offset + rows) +
+                                 " lie outside the sequence of " + Twine(plan.model.seq));
     } else if (name == "dim") {
-      const std::string &tensor =
-          op.kind == OpKind::SplitBwd ? op.outputs.front() : op.inputs.front();
+      const std::string &tensor = op.kind == OpKind::SplitBwd || op.kind == OpKind::Concat
+                                      ? op.outputs.front()
+                                      : op.inputs.front();
       int64_t dim = op.intAttr(name);
       size_t dims = rankOf(tensor);
       if (dim < 0 || dim >= int64_t(dims))
@@ -145,7 +162,9 @@ void ChunkFlow::checkAttrs(const Op &op, llvm::function_ref<std::string()> opPat
                                  "', which has " + Twine(dims));
     }
   }
-  if (!ctx.failed() && (op.kind == OpKind::Attention || op.kind == OpKind::AttentionBwd) &&
+  bool attention = op.kind == OpKind::Attention || op.kind == OpKind::AttentionBwd ||
+                   op.kind == OpKind::AttentionBlock || op.kind == OpKind::AttentionBlockBwd;
+  if (!ctx.failed() && attention &&
       op.intAttr("heads") % op.intAttr("kv_heads") != 0)
     ctx.fail(fieldPath(attrsPath(), "kv_heads"),
              "kv_heads = " + Twine(op.intAttr("kv_heads")) +

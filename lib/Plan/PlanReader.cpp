@@ -61,6 +61,7 @@ bool readCoords(ObjectReader &parent, StringRef key, Coords &coords) {
   r.read("tp", coords.tp);
   r.read("pp", coords.pp);
   r.read("dp", coords.dp);
+  r.read("cp", coords.cp);
   return r.finish();
 }
 
@@ -81,7 +82,7 @@ bool readPredictedMemory(ObjectReader &parent, PredictedMemory &m) {
 
 bool readGroups(ObjectReader &parent, Groups &groups) {
   ObjectReader r = child(parent, "groups");
-  for (Group group : {Group::TP, Group::PP, Group::DP, Group::Model, Group::Embedding})
+  for (Group group : kAllGroups)
     r.read(spelling(group), groups.get(group));
   return r.finish();
 }
@@ -119,12 +120,10 @@ bool readParallel(ObjectReader &parent, ParallelSummary &p) {
   r.read("tp", p.tp);
   r.read("pp", p.pp);
   r.read("dp", p.dp);
-  std::vector<Group> order;
-  if (r.readEnumList("order", "axis", order) && order.size() != 3)
-    return r.context().fail(r.pathOf("order"), "expected the 3 axes tp, dp and pp, got " +
-                                                   llvm::Twine(order.size()) + " entries");
-  if (order.size() == 3)
-    std::copy(order.begin(), order.end(), p.order.begin());
+  r.read("cp", p.cp);
+  if (r.readEnumList("order", "axis", p.order) && p.order.size() != 4)
+    return r.context().fail(r.pathOf("order"), "expected the 4 axes tp, cp, dp and pp, got " +
+                                                   llvm::Twine(p.order.size()) + " entries");
   r.read("chunks", p.chunks);
   r.read("micro_batch", p.microBatch);
   r.read("microbatches", p.microbatches);

@@ -225,6 +225,7 @@ void predictedMemory(JSONWriter &json, const PredictedMemory &m) {
 
 void coords(JSONWriter &json, const Coords &c) {
   json.attributeObject("coords", [&] {
+    json.attribute("cp", c.cp);
     json.attribute("dp", c.dp);
     json.attribute("pp", c.pp);
     json.attribute("tp", c.tp);
@@ -233,7 +234,9 @@ void coords(JSONWriter &json, const Coords &c) {
 
 void groups(JSONWriter &json, const Groups &g) {
   json.attributeObject("groups", [&] {
+    intList(json, "cp", g.cp);
     intList(json, "dp", g.dp);
+    intList(json, "dp_cp", g.dpCp);
     intList(json, "embedding", g.embedding);
     intList(json, "model", g.model);
     intList(json, "pp", g.pp);
@@ -276,6 +279,7 @@ void parallel(JSONWriter &json, const ParallelSummary &p) {
   json.attributeObject("parallel", [&] {
     json.attribute("bucket_size", p.bucketSize);
     json.attribute("chunks", p.chunks);
+    json.attribute("cp", p.cp);
     json.attribute("dp", p.dp);
     json.attribute("global_batch", p.globalBatch);
     json.attribute("micro_batch", p.microBatch);

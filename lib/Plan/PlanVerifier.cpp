@@ -37,7 +37,7 @@ std::string listText(const std::vector<int64_t> &values) {
 
 std::string coordsText(const Coords &c) {
   return "(tp " + std::to_string(c.tp) + ", pp " + std::to_string(c.pp) + ", dp " +
-         std::to_string(c.dp) + ")";
+         std::to_string(c.dp) + ", cp " + std::to_string(c.cp) + ")";
 }
 
 void atLeast(ReadContext &ctx, llvm::StringRef path, int64_t value, int64_t min) {
@@ -105,46 +105,56 @@ void checkTrain(ReadContext &ctx, const std::string &path, const TrainSettings &
 
 namespace detail {
 
-int64_t axisSize(const ParallelSummary &p, Group axis) {
-  return axis == Group::TP ? p.tp : axis == Group::PP ? p.pp : p.dp;
-}
-
-int64_t &coordOf(Coords &c, Group axis) {
-  return axis == Group::TP ? c.tp : axis == Group::PP ? c.pp : c.dp;
-}
-
-int64_t rankOf(const ParallelSummary &p, Coords c) {
-  int64_t rank = 0, stride = 1;
-  for (Group axis : p.order) {
-    rank += coordOf(c, axis) * stride;
-    stride *= axisSize(p, axis);
+namespace {
+std::optional<Axis> axisOf(Group group) {
+  switch (group) {
+  case Group::TP:
+    return Axis::TP;
+  case Group::CP:
+    return Axis::CP;
+  case Group::DP:
+    return Axis::DP;
+  case Group::PP:
+    return Axis::PP;
+  default:
+    return std::nullopt;
   }
-  return rank;
+}
+
+/// The axes a group spans, for the groups that are one RankGrid group.
+std::optional<AxisSet> axesOf(Group group) {
+  if (group == Group::DPCP)
+    return AxisSet{Axis::DP, Axis::CP};
+  if (group == Group::Model)
+    return AxisSet{Axis::TP, Axis::PP};
+  if (std::optional<Axis> axis = axisOf(group))
+    return AxisSet{*axis};
+  return std::nullopt;
+}
+} // namespace
+
+RankGrid gridOf(const ParallelSummary &p) {
+  std::vector<Axis> order;
+  for (Group g : p.order)
+    order.push_back(*axisOf(g));
+  return RankGrid(axisSizes(p.tp, p.cp, 1, p.dp, p.pp), RankOrder(order));
 }
 
 Coords coordsOf(const ParallelSummary &p, int64_t rank) {
-  Coords c;
-  for (Group axis : p.order) {
-    coordOf(c, axis) = rank % axisSize(p, axis);
-    rank /= axisSize(p, axis);
-  }
-  return c;
+  RankGrid grid = gridOf(p);
+  return Coords{grid.coord(rank, Axis::TP), grid.coord(rank, Axis::PP),
+                grid.coord(rank, Axis::DP), grid.coord(rank, Axis::CP)};
 }
 
 Groups expectedGroups(const ParallelSummary &p, const ModelSummary &m, int64_t rank) {
-  Coords self = coordsOf(p, rank);
+  RankGrid grid = gridOf(p);
   Groups groups;
-  for (Group axis : {Group::TP, Group::PP, Group::DP}) {
-    Coords c = self;
-    for (coordOf(c, axis) = 0; coordOf(c, axis) < axisSize(p, axis); ++coordOf(c, axis))
-      groups.get(axis).push_back(rankOf(p, c));
-  }
-  Coords c = self;
-  for (c.pp = 0; c.pp < p.pp; ++c.pp)
-    for (c.tp = 0; c.tp < p.tp; ++c.tp)
-      groups.model.push_back(rankOf(p, c));
+  for (Group kind : kAllGroups)
+    if (std::optional<AxisSet> axes = axesOf(kind))
+      groups.get(kind) = grid.group(rank, *axes);
   llvm::sort(groups.model);
-  if (m.tiedEmbeddings && p.pp > 1 && (self.pp == 0 || self.pp == p.pp - 1))
+  int64_t stage = grid.coord(rank, Axis::PP);
+  if (m.tiedEmbeddings && p.pp > 1 && (stage == 0 || stage == p.pp - 1))
     groups.embedding = {groups.pp.front(), groups.pp.back()};
   return groups;
 }
@@ -157,6 +167,7 @@ bool checkJob(ReadContext &ctx, int64_t world, const ModelSummary &model,
   for (auto [key, value] : {std::pair{"parallel.tp", p.tp},
                             {"parallel.pp", p.pp},
                             {"parallel.dp", p.dp},
+                            {"parallel.cp", p.cp},
                             {"parallel.chunks", p.chunks},
                             {"parallel.micro_batch", p.microBatch},
                             {"parallel.microbatches", p.microbatches}})
@@ -167,11 +178,12 @@ bool checkJob(ReadContext &ctx, int64_t world, const ModelSummary &model,
   if (!gpus || world > *gpus)
     return ctx.fail("world", Twine(world) + " ranks do not fit on " + Twine(cluster.nodes) + " x " +
                                  Twine(cluster.gpusPerNode) + " GPUs");
-  std::optional<int64_t> tpPp = checkedMul(p.tp, p.pp);
-  std::optional<int64_t> product = tpPp ? checkedMul(*tpPp, p.dp) : std::nullopt;
+  std::optional<int64_t> product = checkedMul(p.tp, p.pp);
+  for (int64_t size : {p.dp, p.cp})
+    product = product ? checkedMul(*product, size) : std::nullopt;
   if (!product || *product != world)
-    return ctx.fail("world", Twine(world) + " ranks but tp x pp x dp = " + Twine(p.tp) + " x " +
-                                 Twine(p.pp) + " x " + Twine(p.dp));
+    return ctx.fail("world", Twine(world) + " ranks but tp x pp x dp x cp = " + Twine(p.tp) +
+                                 " x " + Twine(p.pp) + " x " + Twine(p.dp) + " x " + Twine(p.cp));
   std::optional<int64_t> perReplica = checkedMul(p.microBatch, p.microbatches);
   std::optional<int64_t> batch = perReplica ? checkedMul(*perReplica, p.dp) : std::nullopt;
   if (!batch || *batch != p.globalBatch)
@@ -180,13 +192,16 @@ bool checkJob(ReadContext &ctx, int64_t world, const ModelSummary &model,
                                           "x dp = " + Twine(p.microBatch) + " x " +
                                           Twine(p.microbatches) + " x " + Twine(p.dp));
   for (Group axis : p.order)
-    if (axis != Group::TP && axis != Group::PP && axis != Group::DP)
+    if (!axisOf(axis))
       ctx.fail("parallel.order", "'" + spelling(axis) +
-                                     "' is not an axis; order lists tp, "
+                                     "' is not an axis; order lists tp, cp, "
                                      "dp and pp, fastest-varying first");
-  if (!ctx.failed() &&
-      (p.order[0] == p.order[1] || p.order[0] == p.order[2] || p.order[1] == p.order[2]))
-    ctx.fail("parallel.order", "must list each of tp, dp and pp exactly once");
+  if (!ctx.failed())
+    for (Group axis : {Group::TP, Group::CP, Group::DP, Group::PP})
+      if (llvm::count(p.order, axis) != 1) {
+        ctx.fail("parallel.order", "must list each of tp, cp, dp and pp exactly once");
+        break;
+      }
   if (p.zero < 0 || p.zero > 3)
     ctx.fail("parallel.zero", "ZeRO stage " + Twine(p.zero) + " does not exist; use 0 to 3");
   if (p.bucketSize < 1)
@@ -220,10 +235,12 @@ bool checkPlacement(ReadContext &ctx, const std::string &path, int64_t rank, int
   inRange(ctx, fieldPath(path, "coords.tp"), coords.tp, p.tp, "tp ranks");
   inRange(ctx, fieldPath(path, "coords.pp"), coords.pp, p.pp, "pipeline stages");
   inRange(ctx, fieldPath(path, "coords.dp"), coords.dp, p.dp, "dp ranks");
+  inRange(ctx, fieldPath(path, "coords.cp"), coords.cp, p.cp, "cp ranks");
   if (ctx.failed())
     return false;
   Coords expected = coordsOf(p, rank);
-  if (expected.tp != coords.tp || expected.pp != coords.pp || expected.dp != coords.dp)
+  if (expected.tp != coords.tp || expected.pp != coords.pp || expected.dp != coords.dp ||
+      expected.cp != coords.cp)
     return ctx.fail(fieldPath(path, "coords"),
                     coordsText(coords) + " do not match rank " + Twine(rank) +
                         ", which the parallel.order layout puts at " + coordsText(expected));
@@ -236,8 +253,7 @@ namespace {
 
 void checkGroups(ReadContext &ctx, const RankPlan &plan) {
   const ParallelSummary &p = plan.parallel;
-  const Group kinds[] = {Group::TP, Group::PP, Group::DP, Group::Model, Group::Embedding};
-  for (Group kind : kinds) {
+  for (Group kind : kAllGroups) {
     std::string path = fieldPath("groups", spelling(kind));
     const std::vector<int64_t> &group = plan.groups.get(kind);
     std::set<int64_t> seen;
@@ -250,16 +266,15 @@ void checkGroups(ReadContext &ctx, const RankPlan &plan) {
       ctx.fail(path, listText(group) + " does not contain this rank (" + Twine(plan.rank) +
                          "); a rank's group lists must include the rank itself");
     // Sizes first, so that the layout's lists below are no longer than the plan's own.
-    int64_t size = kind == Group::Model       ? p.tp * p.pp
-                   : kind == Group::Embedding ? int64_t(group.size())
-                                              : axisSize(p, kind);
+    int64_t size = kind == Group::Embedding ? int64_t(group.size())
+                                            : gridOf(p).groupSize(*axesOf(kind));
     if (int64_t(group.size()) != size)
       ctx.fail(path, "has " + Twine(group.size()) + " ranks but the layout gives " + Twine(size));
   }
   if (ctx.failed())
     return;
   Groups expected = expectedGroups(p, plan.model, plan.rank);
-  for (Group kind : kinds)
+  for (Group kind : kAllGroups)
     if (!ctx.failed() && plan.groups.get(kind) != expected.get(kind))
       ctx.fail(fieldPath("groups", spelling(kind)), "expected " + listText(expected.get(kind)) +
                                                         " from the rank layout, got " +

@@ -9,16 +9,15 @@
 
 #include "parc/Plan/JSONReader.h"
 #include "parc/Plan/Plan.h"
+#include "parc/Support/RankGrid.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 
 namespace parc::plan::detail {
 
-/// The rank layout of parallel.order (fastest-varying axis first), as in Megatron:
-/// with tp-dp-pp, rank = tp_rank + tp * (dp_rank + dp * pp_rank). `axis` is TP, PP or DP.
-int64_t axisSize(const ParallelSummary &p, Group axis);
-int64_t &coordOf(Coords &c, Group axis);
-int64_t rankOf(const ParallelSummary &p, Coords c);
+/// The rank layout of parallel.order (fastest-varying axis first), Megatron-Core's: with
+/// tp-cp-dp-pp, rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)).
+RankGrid gridOf(const ParallelSummary &p);
 Coords coordsOf(const ParallelSummary &p, int64_t rank);
 /// The groups `rank` has under that layout; the embedding group is empty unless the rank is a
 /// member (first or last stage with a tied head and pp > 1).

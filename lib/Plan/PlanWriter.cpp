@@ -48,7 +48,7 @@ json::Object predictedMemoryJSON(const PredictedMemory &m) {
 }
 
 json::Object coordsJSON(const Coords &c) {
-  return json::Object{{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}};
+  return json::Object{{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"cp", c.cp}};
 }
 
 json::Object groupsJSON(const Groups &g) {
@@ -56,7 +56,9 @@ json::Object groupsJSON(const Groups &g) {
                       {"pp", intList(g.pp)},
                       {"dp", intList(g.dp)},
                       {"model", intList(g.model)},
-                      {"embedding", intList(g.embedding)}};
+                      {"embedding", intList(g.embedding)},
+                      {"cp", intList(g.cp)},
+                      {"dp_cp", intList(g.dpCp)}};
 }
 
 json::Object modelJSON(const ModelSummary &m) {
@@ -86,6 +88,7 @@ json::Object parallelJSON(const ParallelSummary &p) {
                       {"bucket_size", p.bucketSize},
                       {"pp", p.pp},
                       {"dp", p.dp},
+                      {"cp", p.cp},
                       {"order", groupList(p.order)},
                       {"chunks", p.chunks},
                       {"micro_batch", p.microBatch},

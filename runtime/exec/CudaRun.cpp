@@ -54,10 +54,11 @@ private:
 /// order; a group of one member needs no communicator.
 void createGroups(NCCLCommunicator &nccl, const plan::RankPlan &plan) {
   std::vector<std::vector<int64_t>> entries;
-  for (plan::Group group : {plan::Group::TP, plan::Group::PP, plan::Group::DP,
-                            plan::Group::Model, plan::Group::Embedding}) {
+  for (plan::Group group : plan::kAllGroups) {
     const std::vector<int64_t> &ranks = plan.groups.get(group);
-    entries.push_back(ranks.size() > 1 ? ranks : std::vector<int64_t>());
+    // Without context parallelism dp_cp is the dp group again.
+    bool duplicate = group == plan::Group::DPCP && plan.parallel.cp == 1;
+    entries.push_back(ranks.size() > 1 && !duplicate ? ranks : std::vector<int64_t>());
   }
   nccl.splitGroups(entries);
 }

@@ -209,7 +209,8 @@ std::string describeJob(const plan::RankPlan &plan, const RunOptions &options,
   std::string text;
   llvm::raw_string_ostream os(text);
   os << "parrun   " << plan.world << (plan.world == 1 ? " rank" : " ranks") << " (tp " << p.tp
-     << ", pp " << p.pp << ", dp " << p.dp << ", " << plan::spelling(p.schedule) << ", zero "
+     << ", pp " << p.pp << ", dp " << p.dp << (p.cp > 1 ? ", cp " + std::to_string(p.cp) : "")
+     << ", " << plan::spelling(p.schedule) << ", zero "
      << p.zero << ", recompute " << plan::spelling(p.recompute)
      << (p.sequenceParallel ? ", sequence parallel" : "") << "), plan " << plan.planId << ", "
      << steps << (steps == 1 ? " step" : " steps") << ", " << spelling(options.precision)

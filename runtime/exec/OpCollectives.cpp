@@ -122,7 +122,8 @@ template <typename D> void OpInterpreter<D>::executeCollective(Context &ctx) {
               " along dim " + std::to_string(dim));
     return;
   }
-  case OpKind::SplitBwd: {
+  case OpKind::SplitBwd:
+  case OpKind::Concat: { // concat is split's backward run forward
     Operand dx = out(ctx, 0, false);
     int64_t dim = op.intAttr("dim");
     DimView whole = viewAround(dx.shape, dim);

@@ -94,12 +94,23 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
                            const std::vector<std::vector<std::string>> &freeAfter, ChunkEnv<T> &env,
                            llvm::function_ref<void(size_t)> afterOp,
                            llvm::function_ref<void(size_t)> beforeOp) {
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (beforeOp)
-      beforeOp(i);
+  auto isPointToPoint = [&](size_t i) {
+    return ops[i].kind == OpKind::Send || ops[i].kind == OpKind::Recv;
+  };
+  for (size_t i = 0; i < ops.size();) {
+    // A maximal run of sends and receives is one exchange; every other op runs alone.
+    size_t end = i + 1;
+    if (isPointToPoint(i))
+      while (end < ops.size() && isPointToPoint(end))
+        ++end;
+    for (size_t j = i; j < end && beforeOp; ++j)
+      beforeOp(j);
     Context ctx{chunk, ops[i], env, {}};
     try {
-      execute(ctx);
+      if (isPointToPoint(i))
+        exchangeRun(chunk, ops, i, end, env);
+      else
+        execute(ctx);
     } catch (const CommError &error) {
       throw CommError(describeOp(backward, i, ops[i]) + ": " + error.what());
     } catch (const std::runtime_error &error) {
@@ -107,10 +118,12 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
     }
     for (PendingGrad &pending : ctx.pending)
       dev.accumulateGrad(pending.grad, pending.scratch.data(), int64_t(pending.scratch.size()));
-    for (const std::string &name : freeAfter[i])
-      env.erase(name);
-    if (afterOp)
-      afterOp(i);
+    for (; i < end; ++i) {
+      for (const std::string &name : freeAfter[i])
+        env.erase(name);
+      if (afterOp)
+        afterOp(i);
+    }
   }
 }
 
@@ -183,7 +196,12 @@ template <typename D> void OpInterpreter<D>::execute(Context &ctx) {
   case OpKind::ReduceScatter:
   case OpKind::Split:
   case OpKind::SplitBwd:
+  case OpKind::Concat:
     return executeCollective(ctx);
+  case OpKind::AttentionBlock:
+  case OpKind::AttentionMerge:
+  case OpKind::AttentionBlockBwd:
+    return executeRingAttention(ctx);
   case OpKind::CrossEntropy:
   case OpKind::CrossEntropyBwd:
     return executeLoss(ctx);
@@ -216,9 +234,12 @@ template <typename D> void OpInterpreter<D>::executeCompute(Context &ctx) {
   case OpKind::PositionEmbedding: {
     Operand x = in(ctx, 0), weight = in(ctx, 1), y = out(ctx, 0, false);
     sameSize(x, y, "position_embedding");
-    if (weight.shape[0] < x.shape[0])
-      opError("the position table has fewer rows than the sequence");
-    dev.positionEmbeddingForward(y.data, x.data, weight.data, x.shape[0], x.shape[1], x.shape[2]);
+    int64_t offset = op.intAttr("offset");
+    if (offset < 0 || weight.shape[0] < offset + x.shape[0])
+      opError("the position table has no rows " + std::to_string(offset) + " to " +
+              std::to_string(offset + x.shape[0]));
+    dev.positionEmbeddingForward(y.data, x.data, weight.data + offset * x.shape[2], x.shape[0],
+                                 x.shape[1], x.shape[2]);
     return;
   }
   case OpKind::LayerNorm: {
@@ -284,7 +305,7 @@ template <typename D> void OpInterpreter<D>::executeCompute(Context &ctx) {
     sameSize(x, y, "rope");
     int64_t heads = op.intAttr("heads");
     dev.ropeForward(y.data, x.data, x.shape[0], x.shape[1], heads, x.shape[2] / heads,
-                    op.numberAttr("theta"));
+                    op.numberAttr("theta"), op.intAttr("offset"));
     return;
   }
   case OpKind::Attention: {
@@ -342,8 +363,12 @@ template <typename D> void OpInterpreter<D>::executeBackward(Context &ctx) {
   }
   case OpKind::PositionEmbeddingBwd: {
     Operand dy = in(ctx, 0), dx = out(ctx, 0, false), dweight = out(ctx, 1, true);
-    dev.positionEmbeddingBackward(dx.data, dweight.data, dy.data, dy.shape[0], dy.shape[1],
-                                  dy.shape[2]);
+    int64_t offset = op.intAttr("offset");
+    if (offset < 0 || dweight.shape[0] < offset + dy.shape[0])
+      opError("the position table has no rows " + std::to_string(offset) + " to " +
+              std::to_string(offset + dy.shape[0]));
+    dev.positionEmbeddingBackward(dx.data, dweight.data + offset * dy.shape[2], dy.data,
+                                  dy.shape[0], dy.shape[1], dy.shape[2]);
     return;
   }
   case OpKind::LayerNormBwd: {
@@ -385,7 +410,7 @@ template <typename D> void OpInterpreter<D>::executeBackward(Context &ctx) {
     Operand dy = in(ctx, 0), dx = out(ctx, 0, false);
     int64_t heads = op.intAttr("heads");
     dev.ropeBackward(dx.data, dy.data, dy.shape[0], dy.shape[1], heads, dy.shape[2] / heads,
-                     op.numberAttr("theta"));
+                     op.numberAttr("theta"), op.intAttr("offset"));
     return;
   }
   case OpKind::AttentionBwd: {

@@ -69,7 +69,7 @@ ScheduleRunner<D>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm
 }
 
 bool reportsLoss(const plan::RankPlan &plan) {
-  return plan.coords.tp == 0 && plan.coords.dp == 0 &&
+  return plan.coords.tp == 0 && plan.coords.dp == 0 && plan.coords.cp == 0 &&
          llvm::any_of(plan.chunks, [](const plan::Chunk &c) { return c.hasHead; });
 }
 
@@ -152,7 +152,9 @@ template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
   envs.clear();
 
   // Every rank learns the loss: the loss-holding ranks (tp rank 0 of the last stage, one per
-  // replica) contribute their replica's sum, in a world-wide fold that is the same everywhere.
+  // replica and cp rank) contribute their sum, in a world-wide fold that is the same
+  // everywhere. A cp rank's loss is the mean over its share of each sequence, all shares of
+  // one size, so the mean over the cp ranks is the mean over the whole sequences.
   std::vector<double> losses(size_t(plan.world), 0.0);
   bool holdsLoss = plan.coords.tp == 0 &&
                    llvm::any_of(plan.chunks, [](const plan::Chunk &c) { return c.hasHead; });
@@ -180,7 +182,8 @@ template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
                       rankNames(nonFinite) +
                       "; stopping (lower the learning rate or check the data)");
   StepResult result;
-  result.loss = total / double(plan.parallel.dp * plan.parallel.microbatches);
+  result.loss =
+      total / double(plan.parallel.dp * plan.parallel.cp * plan.parallel.microbatches);
   result.optimizer = lastStats;
   return result;
 }
@@ -297,17 +300,38 @@ template <typename D> void ScheduleRunner<D>::afterOptimizer(int64_t step) {
                     hint);
 }
 
+namespace {
+/// A context-parallel rank's positions of [batch, seq] ids: its two chunks, in order.
+std::vector<int64_t> contextChunks(const std::vector<int64_t> &ids, int64_t batch, int64_t seq,
+                                   int64_t cp, int64_t cpRank) {
+  int64_t chunk = seq / (2 * cp);
+  std::vector<int64_t> local;
+  local.reserve(size_t(batch * 2 * chunk));
+  for (int64_t b = 0; b < batch; ++b)
+    for (int half = 0; half < 2; ++half) {
+      auto first = ids.begin() + b * seq + plan::contextChunkStart(seq, cp, cpRank, half);
+      local.insert(local.end(), first, first + chunk);
+    }
+  return local;
+}
+} // namespace
+
 template <typename D> void ScheduleRunner<D>::loadBatch(int64_t microbatch, int64_t step) {
-  int64_t seq = plan.model.seq, batch = plan.parallel.microBatch;
+  int64_t seq = plan.model.seq, batch = plan.parallel.microBatch, cp = plan.parallel.cp;
   std::vector<int64_t> tokens(size_t(batch * seq)), labels(size_t(batch * seq));
   data.microbatch(uint64_t(plan.train.seed), step, plan.parallel, plan.coords.dp, microbatch, seq,
                   tokens.data(), labels.data());
+  if (cp > 1) {
+    tokens = contextChunks(tokens, batch, seq, cp, plan.coords.cp);
+    labels = contextChunks(labels, batch, seq, cp, plan.coords.cp);
+    seq /= cp;
+  }
   for (const plan::Chunk &chunk : plan.chunks) {
     auto place = [&](const std::string &name, const std::vector<int64_t> &values) {
       std::vector<int64_t> shape = declaredShape(chunk, name);
       if (shape != std::vector<int64_t>{batch, seq})
         scheduleError("'" + name + "' of chunk " + std::to_string(chunk.index) +
-                      " is not declared [micro_batch, seq]");
+                      " is not declared [micro_batch, seq / cp]");
       Tensor<int64_t> &tensor = envs[{chunk.index, microbatch}].ids[name];
       tensor = Tensor<int64_t>(memory, MemoryCategory::Activations, shape);
       dev.uploadIds(tensor.data(), values.data(), int64_t(values.size()));

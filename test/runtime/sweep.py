@@ -16,7 +16,7 @@ single-rank run of the same model and precision: every step's loss to a relative
 gathered parameter to T of its scale (max|a - b| / max(max|a|, 1e-3), see compare.py), and every
 replicated copy bit-identical.
 
-Cases (world = tp * pp * dp <= 8, tp in {1,2,4}, pp in {1,2,4}, dp in {1,2}):
+Cases (world = tp * pp * dp * cp <= 8, tp in {1,2,4}, pp in {1,2,4}, dp in {1,2}, cp in {1,2,4}):
   - every mapping under every schedule (interleaved only where pp > 1), fp64, --comm=local;
   - zero 0-3 x recompute none/selective/full x sequence parallel off/on on tp 2 pp 2 dp 2,
     cycling the three schedules;
@@ -24,6 +24,8 @@ Cases (world = tp * pp * dp <= 8, tp in {1,2,4}, pp in {1,2,4}, dp in {1,2}):
   - imported models' fields (VARIANTS: q/k/v-only biases, head_dim, rope_theta, norm_eps,
     max_positions) on a few mappings;
   - ZeRO, recompute and sequence parallelism on the other mappings with tp > 1 and dp > 1;
+  - context parallelism (cp 2 and 4) alone and with tp, pp, dp, ZeRO, recompute, sequence
+    parallelism, grouped-query attention and rotary positions;
   - a subset in fp32 (tolerance 1e-5);
   - with --mpirun, a subset as one process per rank under the launcher (--comm=mpi).
 
@@ -86,6 +88,7 @@ parallel for small on box {{
   tp = {tp}
   pp = {pp}
   dp = {dp}
+  cp = {cp}
   micro_batch       = 1
   global_batch      = 8
   schedule          = {schedule_text}
@@ -125,8 +128,8 @@ VARIANTS = {
 class Case:
     def __init__(self, tp, pp, dp, schedule, zero=0, recompute="none", sp=False, kv_heads=4,
                  precision="fp64", comm="local", llama=False, variant=None, vocab=512,
-                 attention="flash"):
-        self.tp, self.pp, self.dp = tp, pp, dp
+                 attention="flash", cp=1):
+        self.tp, self.pp, self.dp, self.cp = tp, pp, dp, cp
         self.schedule, self.zero, self.recompute, self.sp = schedule, zero, recompute, sp
         self.kv_heads, self.precision, self.comm = kv_heads, precision, comm
         # Llama's block: rmsnorm, swiglu and rotary positions instead of GPT's layernorm, gelu
@@ -143,14 +146,15 @@ class Case:
 
     @property
     def world(self):
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
 
     def model_key(self):
         return (self.blocks, self.kv_heads, self.precision, self.llama, self.variant, self.vocab,
                 self.attention)
 
     def name(self):
-        parts = [f"tp{self.tp} pp{self.pp} dp{self.dp} {self.schedule}"]
+        parts = [f"tp{self.tp} pp{self.pp} dp{self.dp}" + (f" cp{self.cp}" if self.cp > 1 else "")
+                 + f" {self.schedule}"]
         if self.zero:
             parts.append(f"zero{self.zero}")
         if self.recompute != "none":
@@ -184,7 +188,7 @@ class Case:
                                             else f"  attention = {self.attention}\n"),
                             blocks=self.blocks, vocab=self.vocab, world=self.world, tp=self.tp,
                             pp=self.pp,
-                            dp=self.dp, schedule_text=schedule_text, zero=self.zero,
+                            dp=self.dp, cp=self.cp, schedule_text=schedule_text, zero=self.zero,
                             recompute=self.recompute, sp="true" if self.sp else "false")
 
 
@@ -257,8 +261,44 @@ def build_cases(with_mpi):
         Case(1, 2, 2, "interleaved", 3, "selective", precision="mixed"),
         Case(4, 1, 2, "gpipe", 1, "none", True, kv_heads=2, precision="mixed", llama=True),
     ]
+    # Context parallelism (ring attention over 2 x cp chunks of the 32 positions): cp 2 and 4
+    # alone and beside tp, pp and dp, with ZeRO, recompute, sequence parallelism, grouped-query
+    # attention and Llama's rotary positions.
+    cases += [
+        Case(1, 1, 1, "1f1b", cp=2),
+        Case(1, 1, 1, "1f1b", cp=4),
+        Case(2, 1, 1, "1f1b", cp=2),
+        Case(2, 1, 1, "1f1b", cp=4),
+        Case(1, 2, 1, "1f1b", cp=2),
+        Case(1, 2, 1, "gpipe", cp=4),
+        Case(1, 2, 1, "interleaved", cp=2),
+        Case(1, 1, 2, "1f1b", cp=2),
+        Case(1, 1, 2, "1f1b", cp=4),
+        Case(2, 2, 1, "1f1b", cp=2),
+        Case(2, 1, 2, "1f1b", cp=2),
+        Case(1, 2, 2, "interleaved", cp=2),
+        Case(1, 1, 2, "1f1b", 1, cp=2),
+        Case(1, 1, 1, "1f1b", 1, cp=4),
+        Case(2, 1, 2, "1f1b", 3, cp=2),
+        Case(1, 1, 1, "1f1b", 0, "selective", cp=2),
+        Case(2, 1, 1, "1f1b", 0, "selective", True, cp=4),
+        Case(1, 2, 1, "1f1b", 0, "full", cp=2),
+        Case(2, 1, 1, "1f1b", 0, "none", True, cp=2),
+        Case(1, 1, 1, "1f1b", kv_heads=2, cp=2),
+        Case(2, 1, 1, "1f1b", kv_heads=2, cp=4),
+        Case(1, 1, 1, "1f1b", llama=True, cp=2),
+        Case(1, 1, 1, "1f1b", kv_heads=2, llama=True, cp=4),
+        Case(2, 1, 2, "1f1b", 1, "selective", True, kv_heads=2, llama=True, cp=2),
+        Case(1, 2, 1, "1f1b", 0, "full", kv_heads=1, llama=True, cp=2),
+        Case(2, 1, 1, "1f1b", precision="fp32", cp=2),
+        Case(1, 1, 1, "1f1b", kv_heads=2, precision="fp32", llama=True, cp=4),
+        Case(1, 2, 2, "1f1b", 1, "selective", precision="fp32", cp=2),
+    ]
     if with_mpi:
         cases += [
+            Case(2, 1, 1, "1f1b", 0, "selective", True, comm="mpi", cp=2),
+            Case(1, 2, 1, "1f1b", kv_heads=2, llama=True, comm="mpi", cp=2),
+            Case(1, 1, 2, "1f1b", 1, comm="mpi", cp=4),
             Case(2, 2, 2, "interleaved", 3, "selective", True, comm="mpi"),
             Case(2, 2, 2, "1f1b", 1, "full", kv_heads=2, comm="mpi"),
             Case(4, 1, 2, "gpipe", 2, "none", True, comm="mpi"),
@@ -297,6 +337,9 @@ GPU_CASES = [
     Case(2, 1, 1, "1f1b", kv_heads=2, precision="fp32", llama=True),
     Case(2, 2, 2, "1f1b", kv_heads=2, precision="fp32", llama=True),
     Case(1, 2, 2, "interleaved", 2, "selective", precision="fp32", llama=True),
+    Case(1, 1, 1, "1f1b", precision="fp32", cp=2),
+    Case(2, 1, 1, "1f1b", 0, "selective", kv_heads=2, precision="fp32", llama=True, cp=2),
+    Case(1, 2, 1, "1f1b", 1, precision="fp32", cp=4),
 ]
 
 

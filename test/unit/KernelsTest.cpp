@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "RandomValues.h"
 #include "parc/Runtime/Kernels.h"
 
 #include <gtest/gtest.h>
@@ -23,15 +24,7 @@ namespace {
 
 using Vec = std::vector<double>;
 
-/// Values with magnitude in [0.5, 1.5] times `scale` and a random sign: never zero.
-Vec randomVec(size_t n, std::mt19937_64 &rng, double scale = 1.0) {
-  std::uniform_real_distribution<double> magnitude(0.5, 1.5);
-  std::bernoulli_distribution negative(0.5);
-  Vec v(n);
-  for (double &x : v)
-    x = scale * magnitude(rng) * (negative(rng) ? -1.0 : 1.0);
-  return v;
-}
+using parc::test::randomVec;
 
 double dot(const Vec &a, const Vec &b) {
   double sum = 0;

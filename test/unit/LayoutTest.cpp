@@ -13,21 +13,20 @@ using namespace parc;
 
 namespace {
 
-using Order = std::array<Axis, 3>;
+using Order = RankOrder;
 
+/// The six orders of tp, dp and pp (cp of size 1 follows them).
 std::vector<Order> allOrders() {
-  Order o = {Axis::TP, Axis::DP, Axis::PP};
+  std::array<Axis, 3> o = {Axis::TP, Axis::DP, Axis::PP};
   std::sort(o.begin(), o.end());
   std::vector<Order> out;
   do
-    out.push_back(o);
+    out.push_back(RankOrder(llvm::ArrayRef<Axis>(o)));
   while (std::next_permutation(o.begin(), o.end()));
   return out;
 }
 
-std::string name(const Order &o) {
-  return std::string(toString(o[0])) + "-" + toString(o[1]) + "-" + toString(o[2]);
-}
+std::string name(const Order &o) { return o.str({}); }
 
 /// Every rank lies in exactly one group, and the group of each member is that same group.
 void expectPartition(const RankLayout &layout,
@@ -239,6 +238,85 @@ TEST(CheckMapping, ReportsEveryViolationAndReturnsNothing) {
   EXPECT_NE(c.diagnostics.find("heads = 4"), std::string::npos) << c.diagnostics;
   EXPECT_NE(c.diagnostics.find("ffn = 500"), std::string::npos) << c.diagnostics;
   EXPECT_NE(c.diagnostics.find("global_batch = 3"), std::string::npos) << c.diagnostics;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Context parallelism: the groups of Megatron-Core's RankGenerator
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+using G = std::vector<int64_t>;
+using Groups = std::vector<G>;
+
+/// Expected groups derived by hand from Megatron-Core's megatron/core/parallel_state.py:
+/// RankGenerator(tp, ep, dp, pp, cp, order).get_ranks(token) calls
+/// generate_masked_orthogonal_rank_groups(world, ordered sizes, mask of the token's axes),
+/// which lists group g (g decomposed over the unmasked sizes, the first axis of the order
+/// fastest) with its members by their index over the masked sizes (likewise).
+TEST(RankGrid, MatchesMegatronCoreRankGeneratorDefaultOrder) {
+  // tp 2, cp 2, dp 2, pp 2, order "tp-cp-ep-dp-pp": rank = tp + 2 cp + 4 dp + 8 pp.
+  RankGrid grid(axisSizes(2, 2, 1, 2, 2), RankOrder());
+  EXPECT_EQ(grid.groups({Axis::TP}),
+            (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}}));
+  EXPECT_EQ(grid.groups({Axis::CP}),
+            (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}}));
+  EXPECT_EQ(grid.groups({Axis::DP}),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  // get_ranks('dp-cp'): members by (cp, dp) index, cp fastest as it comes first in the order.
+  EXPECT_EQ(grid.groups({Axis::DP, Axis::CP}),
+            (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}}));
+  EXPECT_EQ(grid.groups({Axis::PP}),
+            (Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
+  // get_ranks('tp-pp'): the model-parallel group.
+  EXPECT_EQ(grid.groups({Axis::TP, Axis::PP}),
+            (Groups{{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}}));
+  // get_ranks('tp-cp'): tensor and context parallel.
+  EXPECT_EQ(grid.groups({Axis::TP, Axis::CP}),
+            (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}}));
+  EXPECT_EQ(grid.indexIn(6, {Axis::DP, Axis::CP}), 3);
+}
+
+TEST(RankGrid, MatchesMegatronCoreRankGeneratorOtherOrders) {
+  // "tp-dp-cp-pp" with pp 1: rank = tp + 2 dp + 4 cp; 'dp-cp' members by (dp, cp), dp fastest.
+  RankGrid slowCp(axisSizes(2, 2, 1, 2, 1), RankOrder({Axis::TP, Axis::DP, Axis::CP, Axis::PP}));
+  EXPECT_EQ(slowCp.groups({Axis::CP}), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(slowCp.groups({Axis::DP, Axis::CP}), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  // "cp-tp-pp-dp" with tp 2, cp 4, pp 1, dp 2: rank = cp + 4 tp + 8 dp.
+  RankGrid cpFirst(axisSizes(2, 4, 1, 2, 1), RankOrder({Axis::CP, Axis::TP, Axis::PP, Axis::DP}));
+  EXPECT_EQ(cpFirst.groups({Axis::CP}), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11},
+                                                {12, 13, 14, 15}}));
+  EXPECT_EQ(cpFirst.groups({Axis::TP}),
+            (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}}));
+  EXPECT_EQ(cpFirst.groups({Axis::DP, Axis::CP}),
+            (Groups{{0, 1, 2, 3, 8, 9, 10, 11}, {4, 5, 6, 7, 12, 13, 14, 15}}));
+  // A three-axis order appends the unnamed axes, as RankGenerator does with size-1 ones.
+  RankOrder threeAxes({Axis::TP, Axis::PP, Axis::DP});
+  EXPECT_FALSE(threeAxes.names(Axis::CP));
+  EXPECT_EQ(threeAxes.str(axisSizes(2, 1, 1, 2, 2)), "tp-pp-dp");
+  EXPECT_EQ(RankOrder().str(axisSizes(2, 1, 1, 2, 2)), "tp-dp-pp");
+  EXPECT_EQ(RankOrder().str(axisSizes(2, 2, 1, 2, 2)), "tp-cp-dp-pp");
+}
+
+TEST(RankLayout, ContextGroupsPartitionTheWorldAndCrossNodesAsBruteForceSays) {
+  for (const RankOrder &order : parc::allOrders())
+    for (int64_t gpus : {2, 4, 8})
+      for (int64_t cp : {2, 4})
+        for (int64_t tp : {1, 2})
+          for (int64_t dp : {1, 2}) {
+            RankLayout layout(tp, 2, dp, order, gpus, cp);
+            expectPartition(layout, &RankLayout::cpGroup, cp, "cp " + order.str({}));
+            expectPartition(layout, &RankLayout::dpCpGroup, dp * cp, "dp_cp " + order.str({}));
+            for (AxisSet axes : {AxisSet{Axis::CP}, RankLayout::kGradientAxes}) {
+              bool any = false;
+              for (int64_t r = 0; r < layout.world(); ++r)
+                any |= layout.crossesNodes(layout.group(r, axes));
+              EXPECT_EQ(layout.anyGroupCrossesNodes(axes), any)
+                  << order.str({}) << " gpus " << gpus << " cp " << cp << " tp " << tp;
+            }
+          }
 }
 
 } // namespace

@@ -58,7 +58,7 @@ void setJob(RankPlan &plan, int64_t tp, int64_t pp) {
 RankPlan stageZeroPlan() {
   RankPlan plan;
   setJob(plan, 2, 2);
-  plan.groups = Groups{{0, 1}, {0, 2}, {0}, {0, 1, 2, 3}, {0, 2}};
+  plan.groups = Groups{{0, 1}, {0, 2}, {0}, {0, 1, 2, 3}, {0, 2}, {0}, {0}};
   plan.params = {
       param("embedding.word.weight", {256, 16}, {{0, 128}, {0, 16}}, ShardKind::Vocab, normal),
       param("embedding.position.weight", {8, 16}, {{0, 8}, {0, 16}}, ShardKind::Replicated, normal),
@@ -89,7 +89,8 @@ RankPlan stageZeroPlan() {
       op(OpKind::Embedding, {"tokens", "embedding.word.weight"}, {"emb.partial"},
          {{"vocab_offset", int64_t(0)}}),
       op(OpKind::AllReduce, {"emb.partial"}, {"emb"}, tpGroup),
-      op(OpKind::PositionEmbedding, {"emb", "embedding.position.weight"}, {"x0"}),
+      op(OpKind::PositionEmbedding, {"emb", "embedding.position.weight"}, {"x0"},
+         {{"offset", int64_t(0)}}),
       op(OpKind::LayerNorm, {"x0", "block.0.ln1.weight", "block.0.ln1.bias"}, {"ln1"}, eps),
       op(OpKind::MatMul, {"ln1", qkv}, {"qkv"}, transB),
       op(OpKind::Split, {"qkv"}, {"q", "k", "v"}, dim2),
@@ -109,7 +110,8 @@ RankPlan stageZeroPlan() {
       op(OpKind::LayerNormBwd, {"x0", "block.0.ln1.weight", "ln1.grad"},
          {"x0.grad.ln", "block.0.ln1.weight.grad", "block.0.ln1.bias.grad"}, eps),
       op(OpKind::ResidualAdd, {"x0.grad.res", "x0.grad.ln"}, {"x0.grad"}),
-      op(OpKind::PositionEmbeddingBwd, {"x0.grad"}, {"emb.grad", "embedding.position.weight.grad"}),
+      op(OpKind::PositionEmbeddingBwd, {"x0.grad"}, {"emb.grad", "embedding.position.weight.grad"},
+         {{"offset", int64_t(0)}}),
       op(OpKind::EmbeddingBwd, {"tokens", "emb.grad"}, {"embedding.word.weight.grad"},
          {{"vocab_offset", int64_t(0)}}),
   };
@@ -143,7 +145,7 @@ RankPlan singleRankPlan() {
   setJob(plan, 1, 1);
   plan.model.layers = 1;
   plan.parallel.zero = 1;
-  plan.groups = Groups{{0}, {0}, {0}, {0}, {}};
+  plan.groups = Groups{{0}, {0}, {0}, {0}, {}, {0}, {0}};
   plan.params = {
       param("embedding.word.weight", {256, 16}, {{0, 256}, {0, 16}}, ShardKind::Vocab, normal),
       param("final_norm.weight", {16}, {{0, 16}}, ShardKind::Replicated, ones),
@@ -440,8 +442,8 @@ TEST(Plan, RejectsRanksOutsideTheWorld) {
   EXPECT_EQ(set(plan, {"coords", "dp"}, 1),
             "rank plan: field \"coords.dp\": 1 is outside the 1 dp ranks (0 to 0)");
   EXPECT_EQ(set(plan, {"coords", "tp"}, 1),
-            "rank plan: field \"coords\": (tp 1, pp 0, dp 0) do not match rank 0, which the "
-            "parallel.order layout puts at (tp 0, pp 0, dp 0)");
+            "rank plan: field \"coords\": (tp 1, pp 0, dp 0, cp 0) do not match rank 0, which "
+            "the parallel.order layout puts at (tp 0, pp 0, dp 0, cp 0)");
 }
 
 TEST(Plan, RejectsHugeCountsWithoutAllocatingThem) {
@@ -463,8 +465,12 @@ TEST(Plan, RejectsSummaryValuesOutOfRange) {
             "rank plan: field \"model.heads\": must be at least 1, got 0");
   EXPECT_EQ(set(plan, {"train", "betas", "1"}, 1.5),
             "rank plan: field \"train.betas[1]\": must be in [0, 1), got 1.5");
-  EXPECT_EQ(set(plan, {"parallel", "order"}, json::Array{"tp", "pp", "tp"}),
-            "rank plan: field \"parallel.order\": must list each of tp, dp and pp exactly once");
+  EXPECT_EQ(set(plan, {"parallel", "order"}, json::Array{"tp", "pp", "tp", "cp"}),
+            "rank plan: field \"parallel.order\": must list each of tp, cp, dp and pp exactly "
+            "once");
+  EXPECT_EQ(set(plan, {"parallel", "order"}, json::Array{"tp", "dp", "pp"}),
+            "rank plan: field \"parallel.order\": expected the 4 axes tp, cp, dp and pp, got 3 "
+            "entries");
 }
 
 TEST(Plan, RejectsGroupsWithoutTheRank) {

@@ -30,13 +30,13 @@ namespace {
 // the pair is read before it is written, so y may alias x.
 template <typename T>
 void rotateHalves(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                  double theta, double direction) {
+                  double theta, double direction, int64_t offset) {
   assert(headDim % 2 == 0 && "rotary embedding needs an even head size");
   int64_t half = headDim / 2;
   std::vector<double> cosTable(seq * half), sinTable(seq * half);
   for (int64_t t = 0; t < seq; ++t)
     for (int64_t j = 0; j < half; ++j) {
-      double angle = t * std::pow(theta, -2.0 * j / headDim);
+      double angle = double(offset + t) * std::pow(theta, -2.0 * j / headDim);
       cosTable[t * half + j] = std::cos(angle);
       sinTable[t * half + j] = direction * std::sin(angle);
     }
@@ -84,16 +84,16 @@ template <typename T> void softmaxRowBackward(T *ds, const T *p, int64_t n) {
 
 template <typename T>
 void ropeForward(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                 double theta) {
-  // (y1, y2) = (x1 cos - x2 sin, x2 cos + x1 sin), angle t * theta^(-2j/d)
-  rotateHalves(y, x, seq, batch, heads, headDim, theta, 1.0);
+                 double theta, int64_t offset) {
+  // (y1, y2) = (x1 cos - x2 sin, x2 cos + x1 sin), angle (offset + t) * theta^(-2j/d)
+  rotateHalves(y, x, seq, batch, heads, headDim, theta, 1.0, offset);
 }
 
 template <typename T>
 void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                  double theta) {
+                  double theta, int64_t offset) {
   // (dx1, dx2) = (dy1 cos + dy2 sin, dy2 cos - dy1 sin)
-  rotateHalves(dx, dy, seq, batch, heads, headDim, theta, -1.0);
+  rotateHalves(dx, dy, seq, batch, heads, headDim, theta, -1.0, offset);
 }
 
 template <typename T>
@@ -142,8 +142,8 @@ void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, 
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \
-  template void ropeForward(T *, const T *, int64_t, int64_t, int64_t, int64_t, double);           \
-  template void ropeBackward(T *, const T *, int64_t, int64_t, int64_t, int64_t, double);          \
+  template void ropeForward(T *, const T *, int64_t, int64_t, int64_t, int64_t, double, int64_t);  \
+  template void ropeBackward(T *, const T *, int64_t, int64_t, int64_t, int64_t, double, int64_t); \
   template void attentionForward(T *, T *, const T *, const T *, const T *, int64_t, int64_t,       \
                                  int64_t, int64_t, int64_t, bool);                                 \
   template void attentionBackward(T *, T *, T *, const T *, const T *, const T *, const T *,       \

@@ -71,14 +71,15 @@ __global__ void embeddingRunsKernel(T *dweight, const T *dy, const int32_t *sort
 // (y1, y2) = (x1 cos - x2 sin, x2 cos + x1 sin) at angle t * theta^(-2j/d), times direction
 template <typename T>
 void rotateHalves(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                  double theta, double direction, cudaStream_t stream, const char *kernel) {
+                  double theta, double direction, int64_t offset, cudaStream_t stream,
+                  const char *kernel) {
   if (headDim % 2 != 0)
     throwCallFailed(kernel, "argument check", "rotary embedding needs an even head size", __FILE__,
                     __LINE__);
   int64_t half = headDim / 2, perPosition = batch * heads * half;
   forEach(seq * perPosition, stream, kernel, [=] __device__(int64_t p) {
     int64_t t = p / perPosition, j = p % half, base = (p / half) * headDim;
-    double angle = double(t) * pow(theta, -2.0 * double(j) / double(headDim)), s, c;
+    double angle = double(offset + t) * pow(theta, -2.0 * double(j) / double(headDim)), s, c;
     sincos(angle, &s, &c);
     s *= direction;
     double x1 = toDouble(x[base + j]), x2 = toDouble(x[base + j + half]);
@@ -273,16 +274,16 @@ void swigluBackward(T *dgate, T *dup, const T *gate, const T *up, const T *dy, i
 
 template <typename T>
 void ropeForward(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                 double theta, cudaStream_t stream) {
-  // (y1, y2) = (x1 cos - x2 sin, x2 cos + x1 sin)
-  rotateHalves(y, x, seq, batch, heads, headDim, theta, 1.0, stream, "ropeForward");
+                 double theta, cudaStream_t stream, int64_t offset) {
+  // (y1, y2) = (x1 cos - x2 sin, x2 cos + x1 sin), angle (offset + t) theta^(-2j/d)
+  rotateHalves(y, x, seq, batch, heads, headDim, theta, 1.0, offset, stream, "ropeForward");
 }
 
 template <typename T>
 void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                  double theta, cudaStream_t stream) {
+                  double theta, cudaStream_t stream, int64_t offset) {
   // (dx1, dx2) = (dy1 cos + dy2 sin, dy2 cos - dy1 sin)
-  rotateHalves(dx, dy, seq, batch, heads, headDim, theta, -1.0, stream, "ropeBackward");
+  rotateHalves(dx, dy, seq, batch, heads, headDim, theta, -1.0, offset, stream, "ropeBackward");
 }
 
 template <typename T> void fill(T *y, int64_t n, float value, cudaStream_t stream) {
@@ -323,9 +324,9 @@ template void fill(__half *, int64_t, float, cudaStream_t);
   template void swigluBackward(T *, T *, const T *, const T *, const T *, int64_t, int64_t,        \
                                cudaStream_t);                                                      \
   template void ropeForward(T *, const T *, int64_t, int64_t, int64_t, int64_t, double,            \
-                            cudaStream_t);                                                         \
+                            cudaStream_t, int64_t);                                                \
   template void ropeBackward(T *, const T *, int64_t, int64_t, int64_t, int64_t, double,           \
-                             cudaStream_t);
+                             cudaStream_t, int64_t);
 PARC_CUDA_FOR_STORAGE_TYPES(PARC_INSTANTIATE)
 #undef PARC_INSTANTIATE
 

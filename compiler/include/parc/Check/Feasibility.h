@@ -18,8 +18,14 @@ namespace parc {
 
 /// tp splits every layer group's heads, key/value heads (or replicates whole ones) and ffn.
 bool tensorParallelSplits(const ModelSpec &model, int64_t tp);
-/// Sequence parallelism needs tp > 1 and seq a multiple of tp.
-bool sequenceParallelSplits(const ModelSpec &model, int64_t tp);
+/// Sequence parallelism needs tp > 1 and the positions a rank holds (seq / cp) a multiple of tp.
+bool sequenceParallelSplits(const ModelSpec &model, int64_t tp, int64_t cp = 1);
+/// Context parallelism cuts the sequence into 2 x cp chunks of equal length, rank r of the cp
+/// group holding chunks r and 2cp - 1 - r (Megatron-Core's and Transformer Engine's balance of
+/// the causal mask): seq must be a multiple of 2 x cp.
+bool contextParallelSplits(const ModelSpec &model, int64_t cp);
+/// Megatron-Core's RankGenerator refuses an order that leaves out an axis larger than 1.
+bool orderNamesAxes(const RankOrder &order, const AxisSizes &sizes);
 /// The blocks of every virtual stage: an even split, or stage_layers' list; nullopt when the
 /// blocks do not split into pp x chunks stages that way.
 std::optional<StagePartition> partitionBlocks(int64_t blocks, int64_t pp, int64_t chunks,

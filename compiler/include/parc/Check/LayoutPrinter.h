@@ -16,6 +16,8 @@ namespace parc {
 /// Prints a header line (world, nodes, sizes, order), then for every rank
 ///   rank R node N local L coords tp=T pp=P dp=D | tp [..] LINK | dp [..] LINK | pp [..] LINK
 ///     | model [..] LINK | embedding [..] LINK
+/// and with cp > 1 also " cp C" in the header, " cp=C" in the coordinates and
+/// "| cp [..] LINK | dp_cp [..] LINK" (data parallel with context) before the model group,
 /// where LINK is `intra` or `inter`, or `-` for a group of fewer than two ranks, which never
 /// communicates.
 void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostream &os);

@@ -18,46 +18,61 @@
 namespace parc {
 
 struct Coords {
-  int64_t tp = 0, pp = 0, dp = 0;
+  int64_t tp = 0, pp = 0, dp = 0, cp = 0;
 };
 
-/// Megatron's rank layout: `order` lists the axes fastest-varying first, so with tp-dp-pp
-/// rank = tp_rank + tp * dp_rank + tp * dp * pp_rank.
+/// Megatron-Core's rank layout (RankGrid) placed on the cluster's nodes: with the default
+/// order tp-cp-ep-dp-pp, rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)).
 class RankLayout {
 public:
   RankLayout() = default;
-  RankLayout(int64_t tp, int64_t pp, int64_t dp, std::array<Axis, 3> order,
-             int64_t gpusPerNode);
+  RankLayout(int64_t tp, int64_t pp, int64_t dp, const RankOrder &order, int64_t gpusPerNode,
+             int64_t cp = 1);
 
-  int64_t world() const { return tp * pp * dp; }
+  int64_t world() const { return grid.world(); }
   int64_t rankOf(Coords c) const;
   Coords coordsOf(int64_t rank) const;
   int64_t nodeOf(int64_t rank) const { return rank / gpusPerNode; }
   int64_t localRankOf(int64_t rank) const { return rank % gpusPerNode; }
 
+  /// This rank's group over `axes`, member i the one of index i (Megatron's get_ranks).
+  std::vector<int64_t> group(int64_t rank, AxisSet axes) const { return grid.group(rank, axes); }
   /// This rank's groups, each ordered by the coordinate that varies within it (pp by stage).
-  std::vector<int64_t> tpGroup(int64_t rank) const;
-  std::vector<int64_t> dpGroup(int64_t rank) const;
-  std::vector<int64_t> ppGroup(int64_t rank) const;
+  std::vector<int64_t> tpGroup(int64_t rank) const { return group(rank, {Axis::TP}); }
+  std::vector<int64_t> dpGroup(int64_t rank) const { return group(rank, {Axis::DP}); }
+  std::vector<int64_t> ppGroup(int64_t rank) const { return group(rank, {Axis::PP}); }
+  std::vector<int64_t> cpGroup(int64_t rank) const { return group(rank, {Axis::CP}); }
+  /// Data parallel with context parallel (Megatron's "dp-cp"): the ranks holding one model
+  /// shard, over which gradients are reduced and ZeRO shards.
+  std::vector<int64_t> dpCpGroup(int64_t rank) const { return group(rank, kGradientAxes); }
   /// tp x pp: every rank holding a part of one model replica, in rank order.
   std::vector<int64_t> modelGroup(int64_t rank) const;
   /// First and last stage of the pp group when the head is tied and pp > 1; else empty.
   std::vector<int64_t> embeddingGroup(int64_t rank, bool tiedHead) const;
   /// True when the ranks of `group` sit on more than one node.
   bool crossesNodes(const std::vector<int64_t> &group) const;
-  /// True when some group along `axis` sits on more than one node. Costs at most
-  /// min(world, gpusPerNode^2) steps, so that a huge cluster does not mean a huge loop.
-  bool anyGroupCrossesNodes(Axis axis) const;
-  int64_t sizeOf(Axis axis) const { return axis == Axis::TP ? tp : axis == Axis::PP ? pp : dp; }
+  /// True when some group over `axes` sits on more than one node. Costs at most
+  /// min(world, gpusPerNode^2) steps when the axes are consecutive digits of the order, so
+  /// that a huge cluster does not mean a huge loop; a group of scattered digits costs one step
+  /// per group.
+  bool anyGroupCrossesNodes(AxisSet axes) const;
+  bool anyGroupCrossesNodes(Axis axis) const { return anyGroupCrossesNodes(AxisSet{axis}); }
+  int64_t sizeOf(Axis axis) const { return grid.size(axis); }
+  int64_t sizeOf(AxisSet axes) const { return grid.groupSize(axes); }
   /// How far apart in rank numbers two neighbours along `axis` are.
-  int64_t strideOf(Axis axis) const;
+  int64_t strideOf(Axis axis) const { return grid.stride(axis); }
+  /// The order as it reads: tp-dp-pp without context parallelism, tp-cp-dp-pp with it.
+  std::string orderText() const { return grid.order().str(grid.axisSizes()); }
   /// The link a collective over `group` is limited by: inter-node as soon as it spans nodes.
   const LinkSpec &linkOf(const std::vector<int64_t> &group, const ClusterSpec &cluster) const {
     return crossesNodes(group) ? cluster.interNode : cluster.intraNode;
   }
 
-  int64_t tp = 1, pp = 1, dp = 1, gpusPerNode = 1;
-  std::array<Axis, 3> order = {Axis::TP, Axis::DP, Axis::PP};
+  /// The axes gradients are reduced over: data and context parallelism.
+  static constexpr AxisSet kGradientAxes = {Axis::DP, Axis::CP};
+
+  RankGrid grid;
+  int64_t gpusPerNode = 1;
 };
 
 /// Which transformer blocks each virtual pipeline stage holds. With `chunks` model chunks per
@@ -74,9 +89,12 @@ struct StagePartition {
 };
 
 struct Mapping {
-  int64_t tp = 1, pp = 1, dp = 1, chunks = 1;
+  int64_t tp = 1, pp = 1, dp = 1, cp = 1, chunks = 1;
   int64_t microBatch = 1, globalBatch = 1;
   int64_t microbatches = 1; // M = global_batch / (micro_batch * dp)
+  /// Ranks that hold one model shard and each a share of the batch's tokens: dp x cp. The
+  /// gradients are reduced, and ZeRO shards the model states, over them.
+  int64_t gradientRanks() const { return dp * cp; }
   int64_t paddedVocab = 0;  // vocab rounded up to a multiple of 128 * tp (Megatron)
   RankLayout layout;
   StagePartition partition;

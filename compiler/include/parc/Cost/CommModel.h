@@ -20,6 +20,7 @@
 #include "parc/Check/Mapping.h"
 #include "parc/Sema/Program.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace parc {
@@ -36,6 +37,9 @@ struct GroupGeometry {
 /// The geometry of the groups along `axis` (exact for layouts whose groups align with nodes,
 /// the widest spread otherwise). O(1) in the world size.
 GroupGeometry geometryOf(const RankLayout &layout, Axis axis);
+/// The same for the groups over several axes (data parallel with context: dp x cp); exact
+/// for rank 0's group when the axes are not consecutive digits of the order.
+GroupGeometry geometryOf(const RankLayout &layout, AxisSet axes);
 /// A group of `ranks` ranks laid out `stride` ranks apart.
 GroupGeometry geometryOf(int64_t ranks, int64_t stride, bool crossesNodes, int64_t gpusPerNode);
 
@@ -63,6 +67,11 @@ public:
   /// channels, 16 of an A100's 108 with NVLink) and HBM bandwidth while they run, so the
   /// compute they overlap is slowed by about that share.
   static constexpr double kOverlapSlowdown = 0.15;
+  /// What `comm` seconds of traffic cost beside `compute` seconds of kernels: the excess, and
+  /// the slowdown of the compute it runs beside.
+  static double exposedBeside(double comm, double compute) {
+    return std::max(0.0, comm - compute) + kOverlapSlowdown * std::min(comm, compute);
+  }
 
 private:
   double ringSeconds(double bytes, const GroupGeometry &group, double shareOfBuffer,

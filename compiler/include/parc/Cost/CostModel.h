@@ -43,9 +43,10 @@ struct StepBreakdown {
   double bubble = 0;    // the stage idle in the pipeline's fill and drain
   double tp = 0, pp = 0, dp = 0; // communication no compute hides (dp: ZeRO, gradients, tied
                                  // embedding, parameter gather)
+  double cp = 0;                 // ring attention's exchange its blocks do not hide
   double optimizer = 0;
 
-  double total() const { return compute + recompute + bubble + tp + pp + dp + optimizer; }
+  double total() const { return compute + recompute + bubble + tp + pp + dp + cp + optimizer; }
 };
 
 struct CostEstimate {

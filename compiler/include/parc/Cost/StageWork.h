@@ -25,9 +25,10 @@ struct PassTime {
   double gemm = 0, attention = 0, memory = 0; // kernel time by class
   double tp = 0;                              // tensor-parallel collectives not hidden
   double zero = 0; // ZeRO-2/3 traffic of the pass not hidden behind its compute
+  double cp = 0;   // ring attention's key/value exchange not hidden behind its blocks
 
   double compute() const { return gemm + attention + memory; }
-  double total() const { return compute() + tp + zero; }
+  double total() const { return compute() + tp + zero + cp; }
   PassTime &operator+=(const PassTime &o);
   PassTime scaled(double k) const;
 };
@@ -59,7 +60,7 @@ struct WorkTable {
   int64_t stageCount = 1; // pp
   double messageBytes = 0;    // one pipeline send: a microbatch's activations, 1/tp slice
   double transferSeconds = 0; // its time over the pp group's link; 0 when pp = 1
-  GroupGeometry tp, dp, pp;
+  GroupGeometry tp, dp, pp, cp; // dp: the gradients' group, dp x cp
 
   /// The virtual stages of pipeline stage `s`, one per chunk.
   std::vector<const VirtualStageWork *> chunksOf(int64_t stage) const;

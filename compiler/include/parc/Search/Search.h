@@ -1,7 +1,7 @@
 //===- Search.h - parc chooses the mapping --------------------------------===//
 //
 // The search behind `auto`: every combination of the fields a parallel block leaves open
-// (tp, pp, dp, micro_batch, schedule and its chunks, zero, recompute, sequence_parallel,
+// (tp, pp, dp, cp, micro_batch, schedule and its chunks, zero, recompute, sequence_parallel,
 // order), inside the values `auto(...)` allows. Candidates that break a divisibility rule
 // (Feasibility.h) or do not fit in memory (MemoryModel.h) are counted and dropped; the others
 // are ranked by the step-time model. Each survivor is evaluated in process from its work table
@@ -29,12 +29,13 @@ namespace parc {
 /// Why a candidate is not a mapping, in the order the search tests them.
 enum class Rejection {
   DoesNotDivide,    // tp, pp, dp, micro_batch or the stages do not split the model or batch
-  SequenceParallel, // sequence parallelism without tp > 1 or a seq that tp does not divide
+  ContextParallel,  // a seq that 2 x cp does not divide, or an order without cp for cp > 1
+  SequenceParallel, // sequence parallelism without tp > 1 or a seq / cp that tp does not divide
   ScheduleRule,     // a pipeline schedule without pp > 1, chunks that do not split, M % pp
   ZeroWithoutDP,    // zero > 0 with dp = 1 shards nothing
   OutOfMemory,
 };
-constexpr size_t kRejections = 5;
+constexpr size_t kRejections = 6;
 const char *toString(Rejection reason);
 
 /// One mapping the search evaluated.

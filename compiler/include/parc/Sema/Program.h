@@ -8,6 +8,8 @@
 #ifndef PARC_SEMA_PROGRAM_H
 #define PARC_SEMA_PROGRAM_H
 
+#include "parc/Support/RankGrid.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringRef.h"
@@ -37,7 +39,6 @@ enum class Residual { Sequential, Parallel };
 enum class ScheduleKind { GPipe, OneFOneB, Interleaved };
 enum class Recompute { None, Selective, Full };
 enum class Optimizer { Adam, SGD };
-enum class Axis { TP, DP, PP };
 enum class Attention { Flash, Standard };
 /// GPUs with a datasheet row (GPUKinds.h); Generic is a GPU described only by its fields.
 enum class GPUKind { Generic, A100_40GB, A100_80GB, H100_SXM, H100_PCIe, H200, B200, L40S };
@@ -60,7 +61,6 @@ inline bool isGated(MLPKind m) { return m != MLPKind::GELU; }
 const char *toString(ScheduleKind);
 const char *toString(Recompute);
 const char *toString(Optimizer);
-const char *toString(Axis);
 const char *toString(Attention);
 const char *toString(GPUKind);
 const char *toString(IntraNodeKind);
@@ -152,7 +152,7 @@ struct Choices {
 /// The fields a parallel block leaves to the search. `dp = auto` alone is no search: dp is
 /// derived from the world, as Megatron does; `dp = auto(...)` constrains that derivation.
 struct SearchSpace {
-  Choices tp, pp, dp, microBatch, zero, recompute, sequenceParallel, order;
+  Choices tp, pp, dp, cp, microBatch, zero, recompute, sequenceParallel, order;
   Choices schedule; // ScheduleKind codes; interleaved also takes its chunks from `chunks`
   Choices chunks;   // interleaved(chunks = auto ...)
 
@@ -160,17 +160,21 @@ struct SearchSpace {
   bool searches() const;
 };
 
-/// The six rank orders, fastest-varying axis first, indexed by SearchSpace::order codes.
-const std::array<std::array<Axis, 3>, 6> &allOrders();
-/// "tp-dp-pp", as the language writes an order.
-std::string orderText(const std::array<Axis, 3> &order);
+/// The rank orders the search tries, indexed by SearchSpace::order codes: the 24 that name
+/// tp, cp, dp and pp, then the 6 that leave cp out (legal only with cp = 1).
+const std::vector<RankOrder> &allOrders();
+/// The code of `order` in allOrders(); an order that names ep (of size 1 until expert
+/// parallelism exists) has the code of the same order without it.
+int64_t orderCode(const RankOrder &order);
 
 struct ParallelSpec {
   llvm::SMRange headerRange;
   std::string name; // `parallel NAME for ...`; empty when unnamed
   int64_t tp = 1, pp = 1, dp = 1;
+  /// Context parallelism: the sequence split over cp ranks (ring attention).
+  int64_t cp = 1;
   bool dpAuto = false;
-  std::array<Axis, 3> order = {Axis::TP, Axis::DP, Axis::PP}; // fastest-varying first
+  RankOrder order; // as written, fastest-varying first; Megatron-Core's tp-cp-ep-dp-pp default
   int64_t microBatch = 1, globalBatch = 1;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   int64_t chunks = 1; // virtual stages per pipeline rank (interleaved only)
@@ -189,6 +193,9 @@ struct ParallelSpec {
 
   /// "1f1b", "interleaved(chunks = 2)": the schedule as the language writes it.
   std::string scheduleText() const;
+
+  /// The order as it reads (tp-dp-pp, tp-cp-dp-pp): cp and ep appear only when larger than 1.
+  std::string orderText() const { return order.str(axisSizes(tp, cp, 1, 1, pp)); }
 };
 
 struct TrainSpec {

@@ -20,7 +20,7 @@ struct Value {
   Dimension dim;
   std::string word;  // Word: an enumeration value, true/false or auto; Schedule: its name
   int64_t chunks = 1; // Schedule: interleaved(chunks = V)
-  std::array<Axis, 3> order{};
+  RankOrder order;
   std::vector<Value> elems; // List; Auto: the values `auto(...)` allows (none listed: any)
   /// Auto: the bounds `auto(>= lo, <= hi)` states; Schedule: chunks 0 with elems[0] the Auto
   /// value of `interleaved(chunks = auto ...)`.

@@ -37,8 +37,13 @@ enum class Schedule { GPipe, OneFOneB, Interleaved };
 enum class Recompute { None, Selective, Full };
 enum class Optimizer { Adam, SGD };
 /// The process groups of a rank; "model" is tp x pp (one model replica), "embedding" the
-/// first and last pipeline stage when the head is tied to the embedding.
-enum class Group { TP, PP, DP, Model, Embedding };
+/// first and last pipeline stage when the head is tied to the embedding, "cp" the context-
+/// parallel ring and "dp_cp" data parallel with context (Megatron-Core's "dp-cp": the ranks
+/// gradients are reduced over). TP, PP, DP and CP also name the axes of `parallel.order`.
+enum class Group { TP, PP, DP, Model, Embedding, CP, DPCP };
+inline constexpr std::array<Group, 7> kAllGroups = {Group::TP,        Group::PP, Group::DP,
+                                                    Group::Model,     Group::Embedding,
+                                                    Group::CP,        Group::DPCP};
 /// How a parameter is split over the tp group: column splits dim 0 (output features), row the
 /// last dim (input features), vocab dim 0 of an embedding table; replicated is not split.
 enum class ShardKind { Column, Row, Vocab, Replicated };
@@ -75,7 +80,14 @@ enum class OpKind {
   SwiGLUBwd,
   ResidualAddBwd,
   SplitBwd,
-  CrossEntropyBwd
+  CrossEntropyBwd,
+  // Context parallelism (ring attention); appended so that the kinds above keep their codes.
+  Send,              // forward or backward: point-to-point with a member of the cp group
+  Recv,
+  Concat,            // forward: the inverse of split
+  AttentionBlock,    // forward: one query chunk against one key/value block, with logsumexp
+  AttentionMerge,    // forward: two partial attentions of the same queries, merged
+  AttentionBlockBwd, // backward of attention_block from the merged output and logsumexp
 };
 
 enum class InstrKind {
@@ -120,6 +132,13 @@ template <typename E> std::optional<E> parseSpelling(llvm::StringRef text) {
   return std::nullopt;
 }
 
+/// Context parallelism cuts the sequence into 2 x cp chunks of seq / (2 cp) positions; cp rank
+/// r holds chunks r and 2cp - 1 - r, in that order (Megatron-Core's balance of the causal
+/// mask). The first position of the rank's chunk `half` (0 or 1).
+inline int64_t contextChunkStart(int64_t seq, int64_t cp, int64_t cpRank, int half) {
+  return (half == 0 ? cpRank : 2 * cp - 1 - cpRank) * (seq / (2 * cp));
+}
+
 /// "rank-00000.json": at least five digits so that a directory listing sorts by rank.
 std::string rankFileName(int64_t rank);
 /// The name under which the gradient of parameter or activation `tensor` appears in op lists.
@@ -130,13 +149,14 @@ std::string gradName(llvm::StringRef tensor);
 //===----------------------------------------------------------------------===//
 
 struct Coords {
-  int64_t tp = 0, pp = 0, dp = 0;
+  int64_t tp = 0, pp = 0, dp = 0, cp = 0;
 };
 
 /// Each list holds the global ranks of this rank's group in group order (a member's position
-/// is its coordinate along that axis). `embedding` is empty when the rank is in none.
+/// is its coordinate along that axis; in dp_cp, cp + cp_size * dp with the default order).
+/// `embedding` is empty when the rank is in none.
 struct Groups {
-  std::vector<int64_t> tp, pp, dp, model, embedding;
+  std::vector<int64_t> tp, pp, dp, model, embedding, cp, dpCp;
 
   const std::vector<int64_t> &get(Group group) const;
   std::vector<int64_t> &get(Group group);
@@ -164,8 +184,9 @@ struct ClusterSummary {
 };
 
 struct ParallelSummary {
-  int64_t tp = 1, pp = 1, dp = 1;
-  std::array<Group, 3> order = {Group::TP, Group::DP, Group::PP}; // fastest-varying first
+  int64_t tp = 1, pp = 1, dp = 1, cp = 1;
+  /// The four axes tp, cp, dp and pp, fastest-varying first (Megatron-Core's order string).
+  std::vector<Group> order = {Group::TP, Group::CP, Group::DP, Group::PP};
   int64_t chunks = 1;                                             // model chunks per pipeline rank
   int64_t microBatch = 1;                                         // sequences per microbatch
   int64_t microbatches = 1; // M per step and data-parallel replica

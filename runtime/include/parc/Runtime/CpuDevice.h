@@ -176,12 +176,29 @@ public:
     cpu::residualAddBackward(da, db, dy, n);
   }
   void ropeForward(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                   double theta) {
-    cpu::ropeForward(y, x, seq, batch, heads, headDim, theta);
+                   double theta, int64_t offset) {
+    cpu::ropeForward(y, x, seq, batch, heads, headDim, theta, offset);
   }
   void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                    double theta) {
-    cpu::ropeBackward(dx, dy, seq, batch, heads, headDim, theta);
+                    double theta, int64_t offset) {
+    cpu::ropeBackward(dx, dy, seq, batch, heads, headDim, theta, offset);
+  }
+  void attentionBlockForward(T *y, T *lse, const T *q, const T *k, const T *v, int64_t seqQ,
+                             int64_t seqK, int64_t batch, int64_t heads, int64_t kvHeads,
+                             int64_t headDim, bool causal) {
+    cpu::attentionBlockForward(y, lse, q, k, v, seqQ, seqK, batch, heads, kvHeads, headDim,
+                               causal);
+  }
+  void attentionMerge(T *y, T *lse, const T *y1, const T *lse1, const T *y2, const T *lse2,
+                      int64_t seq, int64_t batch, int64_t heads, int64_t headDim) {
+    cpu::attentionMerge(y, lse, y1, lse1, y2, lse2, seq, batch, heads, headDim);
+  }
+  void attentionBlockBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *y,
+                              const T *lse, const T *dy, int64_t seqQ, int64_t seqK,
+                              int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
+                              bool causal) {
+    cpu::attentionBlockBackward(dq, dk, dv, q, k, v, y, lse, dy, seqQ, seqK, batch, heads,
+                                kvHeads, headDim, causal);
   }
   /// `stats` is what the plan's attention keeps: the row logsumexp with `flash`, else the
   /// probabilities.

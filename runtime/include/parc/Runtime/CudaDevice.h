@@ -189,12 +189,29 @@ public:
     cuda::residualAddBackward(da, db, dy, n, stream());
   }
   void ropeForward(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                   double theta) {
-    cuda::ropeForward(y, x, seq, batch, heads, headDim, theta, stream());
+                   double theta, int64_t offset) {
+    cuda::ropeForward(y, x, seq, batch, heads, headDim, theta, stream(), offset);
   }
   void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                    double theta) {
-    cuda::ropeBackward(dx, dy, seq, batch, heads, headDim, theta, stream());
+                    double theta, int64_t offset) {
+    cuda::ropeBackward(dx, dy, seq, batch, heads, headDim, theta, stream(), offset);
+  }
+  void attentionBlockForward(T *y, T *lse, const T *q, const T *k, const T *v, int64_t seqQ,
+                             int64_t seqK, int64_t batch, int64_t heads, int64_t kvHeads,
+                             int64_t headDim, bool causal) {
+    cuda::attentionBlockForward(y, lse, q, k, v, seqQ, seqK, batch, heads, kvHeads, headDim,
+                                causal, stream());
+  }
+  void attentionMerge(T *y, T *lse, const T *y1, const T *lse1, const T *y2, const T *lse2,
+                      int64_t seq, int64_t batch, int64_t heads, int64_t headDim) {
+    cuda::attentionMerge(y, lse, y1, lse1, y2, lse2, seq, batch, heads, headDim, stream());
+  }
+  void attentionBlockBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *y,
+                              const T *lse, const T *dy, int64_t seqQ, int64_t seqK,
+                              int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
+                              bool causal) {
+    cuda::attentionBlockBackward(dq, dk, dv, q, k, v, y, lse, dy, seqQ, seqK, batch, heads,
+                                 kvHeads, headDim, causal, stream());
   }
   /// The plan's attention: `stats` is allocated as the plan declares it (the row logsumexp
   /// with `planFlash`, else the probabilities), so the memory held is the plan's, but the CUDA

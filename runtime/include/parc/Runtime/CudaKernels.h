@@ -149,12 +149,30 @@ void residualAddBackward(T *da, T *db, const T *dy, int64_t n, cudaStream_t stre
 // Attention
 //===----------------------------------------------------------------------===//
 
+/// `offset` is the position of row 0 (a context-parallel rank's chunk).
 template <typename T>
 void ropeForward(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                 double theta, cudaStream_t stream);
+                 double theta, cudaStream_t stream, int64_t offset = 0);
 template <typename T>
 void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                  double theta, cudaStream_t stream);
+                  double theta, cudaStream_t stream, int64_t offset = 0);
+
+/// Ring attention's blocks, merge and block backward: cpu::attentionBlockForward and friends
+/// (Kernels.h) on the device (RingAttention.cu). One thread per query row (per key row for dK
+/// and dV), accumulating in fp32 (fp64 for double), without atomics: deterministic.
+template <typename T>
+void attentionBlockForward(T *y, T *lse, const T *q, const T *k, const T *v, int64_t seqQ,
+                           int64_t seqK, int64_t batch, int64_t heads, int64_t kvHeads,
+                           int64_t headDim, bool causal, cudaStream_t stream);
+template <typename T>
+void attentionMerge(T *y, T *lse, const T *y1, const T *lse1, const T *y2, const T *lse2,
+                    int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
+                    cudaStream_t stream);
+template <typename T>
+void attentionBlockBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *y,
+                            const T *lse, const T *dy, int64_t seqQ, int64_t seqK, int64_t batch,
+                            int64_t heads, int64_t kvHeads, int64_t headDim, bool causal,
+                            cudaStream_t stream);
 
 /// Scores by strided-batched GEMM into an fp32 buffer, one fused scale + causal mask +
 /// softmax kernel, then the probabilities times v; one batched GEMM per query head of a

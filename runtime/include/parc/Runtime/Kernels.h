@@ -114,15 +114,16 @@ template <typename T> void residualAddBackward(T *da, T *db, const T *dy, int64_
 
 /// Rotary embedding of x [seq, batch, heads*headDim], rotate-half form (Megatron, GPT-NeoX,
 /// Hugging Face Llama): within each head, element j < headDim/2 pairs with j + headDim/2 and
-/// the pair turns by angle t * theta^(-2j/headDim), t the index along dim 0:
+/// the pair turns by angle t * theta^(-2j/headDim), t = offset + the index along dim 0 (a
+/// context-parallel rank's chunk starts at `offset`):
 /// y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin. headDim must be even.
 template <typename T>
 void ropeForward(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                 double theta);
+                 double theta, int64_t offset = 0);
 /// The inverse rotation: dx1 = dy1 cos + dy2 sin, dx2 = dy2 cos - dy1 sin.
 template <typename T>
 void ropeBackward(T *dx, const T *dy, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
-                  double theta);
+                  double theta, int64_t offset = 0);
 
 /// y = P v with P = softmax(q k^T / sqrt(headDim) [+ causal mask]) per (batch, query head),
 /// standard (unfused) attention: P is written to `probs` [batch, heads, seq, seq] for the
@@ -150,6 +151,29 @@ template <typename T>
 void flashAttentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *y,
                             const T *lse, const T *dy, int64_t seq, int64_t batch, int64_t heads,
                             int64_t kvHeads, int64_t headDim, bool causal);
+
+/// Ring attention (RingAttention.cpp): one block of seqQ queries against seqK keys and
+/// values, y = softmax(s q k^T [+ causal mask, seqQ = seqK]) v with s = 1/sqrt(headDim), and
+/// lse[b, h, t] = log sum_j exp(s q_t k_j) over the block's unmasked keys; lse is
+/// [batch, heads, seqQ], q and y [seqQ, batch, heads*headDim], k and v [seqK, batch,
+/// kvHeads*headDim].
+template <typename T>
+void attentionBlockForward(T *y, T *lse, const T *q, const T *k, const T *v, int64_t seqQ,
+                           int64_t seqK, int64_t batch, int64_t heads, int64_t kvHeads,
+                           int64_t headDim, bool causal);
+/// Two blocks of the same queries as one (the online softmax): lse = log(e^lse1 + e^lse2),
+/// y = e^(lse1 - lse) y1 + e^(lse2 - lse) y2. y may alias y1, lse lse1.
+template <typename T>
+void attentionMerge(T *y, T *lse, const T *y1, const T *lse1, const T *y2, const T *lse2,
+                    int64_t seq, int64_t batch, int64_t heads, int64_t headDim);
+/// One block's gradients from the merged y and lse of its queries (FlashAttention-2's
+/// backward): P = exp(s q k^T - lse), dv = P^T dy, dS = P (dy v^T - rowsum(dy * y)),
+/// dq = s dS k, dk = s dS^T q; dk and dv sum over the query heads sharing a key/value head.
+/// All three are overwritten; the blocks of a query chunk add up to attentionBackward's.
+template <typename T>
+void attentionBlockBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *y,
+                            const T *lse, const T *dy, int64_t seqQ, int64_t seqK, int64_t batch,
+                            int64_t heads, int64_t kvHeads, int64_t headDim, bool causal);
 
 //===----------------------------------------------------------------------===//
 // Activations

@@ -96,6 +96,13 @@ private:
   void executeBackward(Context &ctx);
   void executeCollective(Context &ctx);
   void executeLoss(Context &ctx);
+  /// Ring attention's blocks, merge and block backward (OpRing.cpp).
+  void executeRingAttention(Context &ctx);
+  /// The send and recv ops [first, last) of `ops`, posted together as one exchange with the
+  /// cp group's members (OpRing.cpp). Message n from one rank to another within a run has tag
+  /// n on both sides.
+  void exchangeRun(const plan::Chunk &chunk, llvm::ArrayRef<plan::Op> ops, size_t first,
+                   size_t last, ChunkEnv<T> &env);
 
   Operand in(Context &ctx, size_t i);
   const int64_t *ids(Context &ctx, size_t i, std::vector<int64_t> *shape = nullptr);
