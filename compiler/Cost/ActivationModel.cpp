@@ -17,10 +17,11 @@ namespace {
 /// The sizes of one block on one tensor-parallel rank, in elements, and the activation dtype.
 struct BlockShape {
   double sb, h, q, kv, f, heads, s, b, e, r; // r: 1/t for sequence-split tensors, else 1
-  bool swiglu, flash, dropout;
+  bool swiglu, flash, dropout, ring;
 
   BlockShape(const ModelSpec &model, const LayerGroup &block, int64_t microBatch, int64_t tp,
-             bool sequenceParallel) {
+             bool sequenceParallel, bool ring)
+      : ring(ring) {
     const double t = double(tp), d = double(headDim(model, block));
     s = double(model.seq);
     b = double(microBatch);
@@ -42,6 +43,10 @@ struct BlockShape {
   /// logsumexp of each row; standard attention the probabilities, and with dropout its mask
   /// and output (FlashAttention regenerates the mask from the RNG state).
   double attentionCore() const {
+    // Ring attention (RingLowering.cpp): the logsumexp and merged output of each query chunk,
+    // which its blocks' backward read, beside their concatenation (the attention's output).
+    if (ring)
+      return 4 * b * heads * s + e * sb * q;
     if (flash)
       return 4 * b * heads * s;
     double scores = heads * s * s * b;
@@ -59,8 +64,8 @@ struct BlockShape {
 } // namespace
 
 double blockActivationBytes(const ModelSpec &model, const LayerGroup &block, int64_t microBatch,
-                            int64_t tp, Recompute recompute, bool sequenceParallel) {
-  BlockShape x(model, block, microBatch, tp, sequenceParallel);
+                            int64_t tp, Recompute recompute, bool sequenceParallel, bool ring) {
+  BlockShape x(model, block, microBatch, tp, sequenceParallel, ring);
   if (recompute == Recompute::Full)
     return x.e * x.sb * x.h * x.r; // only the block's input survives the forward
   double kept = x.keptWithoutRecompute();
@@ -72,8 +77,8 @@ double blockActivationBytes(const ModelSpec &model, const LayerGroup &block, int
 
 double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &block,
                                    int64_t microBatch, int64_t tp, Recompute recompute,
-                                   bool sequenceParallel) {
-  BlockShape x(model, block, microBatch, tp, sequenceParallel);
+                                   bool sequenceParallel, bool ring) {
+  BlockShape x(model, block, microBatch, tp, sequenceParallel, ring);
   // The MLP's backward is the widest moment: the down projection's input gradient (sbf) beside
   // the gradient it reads (whole over the sequence) and the residual's skip gradient; SwiGLU's
   // backward then holds the gate and up gradients at once.
@@ -113,13 +118,22 @@ double headTransientBytes(const ModelSpec &model, int64_t paddedVocab, int64_t m
 
 double stageActivationBytes(const Program &program, const Mapping &mapping, int64_t stage,
                             const std::vector<int64_t> &inFlight) {
-  const ModelSpec &model = program.model;
+  // Context parallelism splits every activation along the sequence: a cp rank's tensors are
+  // those of its seq / cp positions (ring attention keeps no scores, only each row's
+  // logsumexp), so the model below is the rank's share of the sequence.
+  ModelSpec share;
+  if (mapping.cp > 1) {
+    share = program.model;
+    share.seq /= mapping.cp;
+  }
+  const ModelSpec &model = mapping.cp > 1 ? share : program.model;
   const ParallelSpec &par = program.parallel;
   const int64_t tp = mapping.tp, mb = mapping.microBatch;
   const double sb = double(model.seq) * double(mb);
   const double r = par.sequenceParallel ? 1 / double(tp) : 1;
   const double e = double(bytesPerElement(model.dtype));
   const int64_t virtualStages = mapping.pp * mapping.chunks;
+  const bool ring = mapping.cp > 1;
 
   std::vector<double> kept, transient;
   double held = 0;
@@ -129,10 +143,11 @@ double stageActivationBytes(const Program &program, const Mapping &mapping, int6
     double chunkKept = 0, chunkTransient = 0;
     for (int64_t i = first; i < last; ++i) {
       const LayerGroup &block = model.blockGroup(i);
-      chunkKept += blockActivationBytes(model, block, mb, tp, par.recompute, par.sequenceParallel);
+      chunkKept +=
+          blockActivationBytes(model, block, mb, tp, par.recompute, par.sequenceParallel, ring);
       chunkTransient = std::max(chunkTransient,
                                 blockBackwardTransientBytes(model, block, mb, tp, par.recompute,
-                                                            par.sequenceParallel));
+                                                            par.sequenceParallel, ring));
     }
     if (virtualStage == 0) // the token ids, and with dropout the embedding's 1-byte mask
       chunkKept += 8 * sb + (model.dropout > 0 ? sb * double(model.hidden) * r : 0);
@@ -158,9 +173,7 @@ double stageActivationBytes(const Program &program, const Mapping &mapping, int6
   double peak = transient[lastChunk];
   for (size_t c = 0; c < lastChunk; ++c)
     peak = std::max(peak, transient[c] - kept[lastChunk]);
-  // Context parallelism splits every one of these tensors along the sequence: a cp rank
-  // keeps its seq / cp positions (and its queries' rows of the attention scores).
-  return (held + peak + pending) / double(mapping.cp);
+  return held + peak + pending;
 }
 
 } // namespace parc

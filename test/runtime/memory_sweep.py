@@ -8,7 +8,8 @@ every layer a ZeRO bucket of its own (bucket_size = 1), planned with `parc` and 
 with `parrun --memory-json` under:
   - zero 0-3 x recompute none/selective/full on dp 4;
   - zero 0-3 x sequence parallel off/on on tp 2 pp 2 dp 2 (1f1b);
-  - standard attention (the scores kept) on dp 4 and on tp 2 pp 2 dp 2 with zero 2.
+  - standard attention (the scores kept) on dp 4 and on tp 2 pp 2 dp 2 with zero 2;
+  - context parallelism (cp 2 and 4) with dp, pp, tp, ZeRO, recompute and standard attention.
 
 For every rank and memory category (weights, gradients, optimizer state, activations) the
 held peak must be within T (default 5 %) of the prediction, and the held total (the peak of
@@ -44,6 +45,15 @@ def build_cases():
     # Standard attention keeps the probabilities: the prediction must follow.
     cases += [MemoryCase(1, 1, 4, "1f1b", 0, "none", precision="fp32", attention="standard"),
               MemoryCase(2, 2, 2, "1f1b", 2, "none", True, precision="fp32",
+                         attention="standard")]
+    # Context parallelism: every activation is the rank's seq / cp positions, ring attention
+    # keeps each query chunk's logsumexp and merged output whatever the attention kind, and
+    # ZeRO shards over dp x cp.
+    cases += [MemoryCase(1, 1, 2, "1f1b", 0, "none", precision="fp32", cp=2),
+              MemoryCase(1, 1, 2, "1f1b", 1, "selective", precision="fp32", cp=2),
+              MemoryCase(1, 2, 1, "1f1b", 2, "full", precision="fp32", cp=2),
+              MemoryCase(2, 1, 1, "1f1b", 0, "none", True, precision="fp32", cp=4),
+              MemoryCase(1, 1, 1, "1f1b", 0, "none", precision="fp32", cp=4,
                          attention="standard")]
     return cases
 

@@ -86,14 +86,18 @@ StateBytesPerParam stateBytesPerParam(const Program &program);
 /// parc's op lists keep (ActivationModel.cpp). With standard attention and dropout it is
 /// Korthikanti et al. 2022's table 2 (generalised to grouped-query attention, any ffn width and
 /// SwiGLU); FlashAttention keeps only the row logsumexp of the attention core, dropout 0 no
-/// masks, and selective recompute also rebuilds the attention's output.
+/// masks, and selective recompute also rebuilds the attention's output. With `ring` (context
+/// parallelism) the attention is ring attention whatever model.attention says: it keeps each
+/// query chunk's logsumexp and merged output beside their concatenation (`model.seq` is then
+/// the rank's share of the sequence).
 double blockActivationBytes(const ModelSpec &model, const LayerGroup &block, int64_t microBatch,
-                            int64_t tp, Recompute recompute, bool sequenceParallel);
+                            int64_t tp, Recompute recompute, bool sequenceParallel,
+                            bool ring = false);
 /// The bytes one block's backward holds above the kept activations, per microbatch on one tp
 /// rank: its widest moment (the MLP's gradients) and, with full recompute, the rebuilt forward.
 double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &block,
                                    int64_t microBatch, int64_t tp, Recompute recompute,
-                                   bool sequenceParallel);
+                                   bool sequenceParallel, bool ring = false);
 /// The peak activation bytes of pipeline stage `stage` with inFlight[c] forwards of chunk c
 /// held: every kept tensor plus the transient buffers of the first backward.
 double stageActivationBytes(const Program &program, const Mapping &mapping, int64_t stage,
