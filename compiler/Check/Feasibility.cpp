@@ -16,7 +16,18 @@ bool tensorParallelSplits(const ModelSpec &model, int64_t tp) {
   if (tp < 1 || !splits(model.heads, model.kvHeads, model.ffn, tp))
     return false;
   for (const LayerGroup &g : model.layers)
-    if (g.kind == LayerGroup::Transformer && !splits(g.heads, g.kvHeads, g.ffn, tp))
+    if (g.kind == LayerGroup::Transformer &&
+        (!splits(g.heads, g.kvHeads, g.ffn, tp) || g.moe.ffn % tp || g.moe.sharedFfn() % tp))
+      return false;
+  return true;
+}
+
+bool expertParallelSplits(const ModelSpec &model, int64_t ep, int64_t carved) {
+  if (ep < 1 || carved % ep != 0 || (ep > 1 && !model.hasExperts()))
+    return false;
+  for (const LayerGroup &g : model.layers)
+    if (g.kind == LayerGroup::Transformer && g.moe.enabled() &&
+        (g.moe.experts % ep != 0 || g.moe.topK > g.moe.experts))
       return false;
   return true;
 }
@@ -82,7 +93,9 @@ Mapping makeMapping(const Program &program, int64_t dp, StagePartition partition
   m.globalBatch = par.globalBatch;
   m.microbatches = par.globalBatch / (par.microBatch * dp);
   m.paddedVocab = padded;
-  m.layout = RankLayout(par.tp, par.pp, dp, par.order, program.cluster.gpusPerNode, par.cp);
+  m.ep = par.ep;
+  m.layout =
+      RankLayout(par.tp, par.pp, dp, par.order, program.cluster.gpusPerNode, par.cp, par.ep);
   m.partition = std::move(partition);
   return m;
 }

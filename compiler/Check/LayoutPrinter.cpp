@@ -27,6 +27,9 @@ void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostre
      << layout.sizeOf(Axis::PP) << " dp " << layout.sizeOf(Axis::DP);
   if (cp)
     os << " cp " << layout.sizeOf(Axis::CP);
+  bool experts = program.model.hasExperts();
+  if (experts)
+    os << " ep " << layout.ep();
   os << ", order " << layout.orderText() << "\n";
   bool tied = program.model.tiedHead();
   for (int64_t rank = 0; rank < layout.world(); ++rank) {
@@ -44,6 +47,10 @@ void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostre
     }
     printGroup("model", layout.modelGroup(rank), layout, os);
     printGroup("embedding", layout.embeddingGroup(rank, tied), layout, os);
+    if (experts) {
+      printGroup("ep", layout.epGroup(rank), layout, os);
+      printGroup("expert_dp", layout.expertDataGroup(rank), layout, os);
+    }
     os << "\n";
   }
 }

@@ -12,9 +12,28 @@
 
 namespace parc {
 
+/// Megatron-Core builds both grids from one order string, which names ep whenever ep > 1. The
+/// three-axis orders of .par files leave ep out: ep then takes the digit just below dp, the
+/// fastest-varying part of dp x cp's expert share, as the default tp-cp-ep-dp-pp places it.
+static RankOrder expertOrder(const RankOrder &order) {
+  if (order.names(Axis::EP))
+    return order;
+  std::vector<Axis> named;
+  for (Axis a : order.namedAxes()) {
+    if (a == Axis::DP)
+      named.push_back(Axis::EP);
+    named.push_back(a);
+  }
+  if (!order.names(Axis::DP))
+    named.push_back(Axis::EP);
+  return RankOrder(named);
+}
+
 RankLayout::RankLayout(int64_t tp, int64_t pp, int64_t dp, const RankOrder &order,
-                       int64_t gpusPerNode, int64_t cp)
-    : grid(axisSizes(tp, cp, 1, dp, pp), order), gpusPerNode(gpusPerNode) {}
+                       int64_t gpusPerNode, int64_t cp, int64_t ep)
+    : grid(axisSizes(tp, cp, 1, dp, pp), order),
+      expertGrid(axisSizes(tp, 1, ep, dp * cp / ep, pp), expertOrder(order)),
+      gpusPerNode(gpusPerNode) {}
 
 int64_t RankLayout::rankOf(Coords c) const {
   return grid.rankOf(axisSizes(c.tp, c.cp, 0, c.dp, c.pp));
@@ -44,8 +63,15 @@ bool RankLayout::crossesNodes(const std::vector<int64_t> &group) const {
                      [&](int64_t r) { return nodeOf(r) != nodeOf(group.front()); });
 }
 
-bool RankLayout::anyGroupCrossesNodes(AxisSet axes) const {
-  int64_t size = sizeOf(axes);
+bool RankLayout::expertGridAligned() const {
+  for (Axis a : {Axis::TP, Axis::PP})
+    if (grid.size(a) > 1 && grid.stride(a) != expertGrid.stride(a))
+      return false;
+  return true;
+}
+
+bool RankLayout::anyGroupCrossesNodes(const RankGrid &on, AxisSet axes) const {
+  int64_t size = on.groupSize(axes);
   if (size == 1)
     return false;
   // A group's lowest and highest members are `span` apart and every group is one lowest
@@ -53,15 +79,15 @@ bool RankLayout::anyGroupCrossesNodes(AxisSet axes) const {
   // reaches the next node.
   int64_t span = 0, stride = world();
   for (Axis a : kAllAxes)
-    if (axes.contains(a) && sizeOf(a) > 1) {
-      span += (sizeOf(a) - 1) * strideOf(a);
-      stride = std::min(stride, strideOf(a));
+    if (axes.contains(a) && on.size(a) > 1) {
+      span += (on.size(a) - 1) * on.stride(a);
+      stride = std::min(stride, on.stride(a));
     }
   if (span >= gpusPerNode)
     return true;
-  if (!grid.contiguous(axes)) {
+  if (!on.contiguous(axes)) {
     for (int64_t rank = 0; rank < world(); ++rank)
-      if (grid.indexIn(rank, axes) == 0 && rank % gpusPerNode + span >= gpusPerNode)
+      if (on.indexIn(rank, axes) == 0 && rank % gpusPerNode + span >= gpusPerNode)
         return true;
     return false;
   }

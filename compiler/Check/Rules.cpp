@@ -85,6 +85,9 @@ private:
   void checkSchedule();
   void checkFlags();
   void checkContext();
+  void checkExperts();
+  void checkExpertLayer(const LayerGroup &layer);
+  void checkExpertGrid();
   void warnTensorAcrossNodes();
   void warnContextAcrossNodes();
   void warnBubble();
@@ -430,6 +433,71 @@ void MappingChecker::warnContextAcrossNodes() {
   noteField("cluster.gpus_per_node", cluster.gpusPerNode);
 }
 
+/// Expert parallelism splits every MoE block's experts over ep ranks carved from the dp x cp
+/// ranks, each expert split over tp like a dense MLP (Megatron-Core's expert rank generator,
+/// megatron/core/parallel_state.py: expert tp = tp, expert dp = world / (tp x ep x pp)).
+void MappingChecker::checkExperts() {
+  mapping.ep = par.ep;
+  for (const LayerGroup &g : model.layers)
+    if (g.kind == LayerGroup::Transformer && g.moe.enabled())
+      checkExpertLayer(g);
+  if (par.ep == 1)
+    return;
+  if (!model.hasExperts()) {
+    error("parallel.ep", "ep = " + str(par.ep) + " splits experts over ranks, but model '" +
+                             model.name + "' has no mixture-of-experts block; set ep = 1 or "
+                             "give a transformer layer experts");
+    return;
+  }
+  int64_t carved = mapping.dp * par.cp;
+  if (dpKnown && carved % par.ep != 0) {
+    error("parallel.ep", "ep = " + str(par.ep) + " does not divide dp x cp = " + str(carved) +
+                             ": expert-parallel groups are carved from the data- and "
+                             "context-parallel ranks; use ep = " +
+                             divisorsUpTo(carved, carved));
+    noteField("parallel.dp", mapping.dp);
+  }
+}
+
+void MappingChecker::checkExpertLayer(const LayerGroup &g) {
+  const MoESpec &moe = g.moe;
+  auto layerError = [&](const std::string &message) {
+    diags.error(g.range, "layer '" + g.name + "' " + message);
+    failed = true;
+  };
+  if (moe.topK > moe.experts)
+    layerError("routes each token to top_k = " + str(moe.topK) + " of its " + str(moe.experts) +
+               " experts; use top_k <= experts");
+  if (moe.experts % par.ep != 0) {
+    layerError("has " + str(moe.experts) + " experts, which ep = " + str(par.ep) +
+               " does not split: every expert-parallel rank holds the same number of whole "
+               "experts; use ep = " +
+               divisorsUpTo(moe.experts, moe.experts));
+    noteField("parallel.ep", par.ep);
+  }
+  if (moe.ffn % par.tp != 0)
+    layerError("has moe_ffn = " + str(moe.ffn) + ", which tp = " + str(par.tp) +
+               " does not split: each expert's columns split evenly over tensor-parallel "
+               "ranks; use tp = " +
+               divisorsUpTo(moe.ffn, std::max(par.tp, cluster.gpusPerNode)));
+  else if (moe.sharedFfn() % par.tp != 0)
+    layerError("has shared experts of " + str(moe.sharedFfn()) + " columns, which tp = " +
+               str(par.tp) + " does not split evenly");
+}
+
+/// Megatron-Core asserts that its expert grid (same order, cp = 1, ep x expert dp = dp x cp)
+/// keeps the pipeline groups; parc also keeps the tensor groups, which split each expert.
+/// Whatever ep, the expert grid folds cp into the expert dp, so a model with experts needs it.
+void MappingChecker::checkExpertGrid() {
+  if (!model.hasExperts() || mapping.layout.expertGridAligned())
+    return;
+  error("parallel.order", "order " + mapping.layout.orderText() +
+                              " puts tp or pp between cp and dp, so expert-parallel groups "
+                              "carved from dp x cp would change the tensor or pipeline groups; "
+                              "keep cp and dp adjacent (for example order = tp-cp-ep-dp-pp)");
+  noteField("parallel.cp", par.cp);
+}
+
 /// Megatron's tensor parallelism all-reduces each layer's activations twice in the forward
 /// (after attention and after the MLP) and twice in the backward; sequence parallelism turns
 /// each into an all-gather and a reduce-scatter of the same ring cost.
@@ -505,9 +573,12 @@ std::optional<Mapping> MappingChecker::run() {
   checkSchedule();
   checkFlags();
   checkContext();
+  checkExperts();
   if (dpKnown) {
+    int64_t ep = (mapping.dp * par.cp) % par.ep == 0 ? par.ep : 1;
     mapping.layout =
-        RankLayout(par.tp, par.pp, mapping.dp, par.order, cluster.gpusPerNode, par.cp);
+        RankLayout(par.tp, par.pp, mapping.dp, par.order, cluster.gpusPerNode, par.cp, ep);
+    checkExpertGrid();
     warnTensorAcrossNodes();
     warnContextAcrossNodes();
   }

@@ -18,6 +18,9 @@ namespace {
 struct BlockShape {
   double sb, h, q, kv, f, heads, s, b, e, r; // r: 1/t for sequence-split tensors, else 1
   bool swiglu, flash, dropout, ring;
+  // A MoE block: f is its shared experts' width; `experts` what its routed experts keep for
+  // the balanced share of rows, `expertRows` of `expertFfn` columns each.
+  double experts = 0, expertRows = 0, expertFfn = 0;
 
   BlockShape(const ModelSpec &model, const LayerGroup &block, int64_t microBatch, int64_t tp,
              bool sequenceParallel, bool ring)
@@ -31,12 +34,17 @@ struct BlockShape {
     q = heads * d;
     // A rank holds kv_heads / tp key/value heads, or one whole head when kv_heads < tp.
     kv = double(std::max<int64_t>(block.kvHeads / tp, 1)) * d;
-    f = double(block.ffn) / t;
+    f = double(block.moe.enabled() ? block.moe.sharedFfn() : block.ffn) / t;
     e = double(bytesPerElement(model.dtype));
     r = sequenceParallel ? 1 / t : 1;
     swiglu = isGated(block.mlp); // SwiGLU and GeGLU keep gate, up and product
     flash = model.attention == Attention::Flash;
     dropout = model.dropout > 0;
+    if (block.moe.enabled()) {
+      expertRows = parc::expertRows(block.moe, sb, 1).expected;
+      expertFfn = double(block.moe.ffn) / t;
+      experts = expertActivationBytes(model, block, sb, expertRows, tp);
+    }
   }
 
   /// What the attention keeps besides q, k, v and its output: FlashAttention the fp32
@@ -57,7 +65,7 @@ struct BlockShape {
   /// output and core, the MLP's intermediates, and with dropout the two 1-byte masks.
   double keptWithoutRecompute() const {
     double kept = e * 4 * sb * h * r + e * sb * (2 * q + 2 * kv) + attentionCore();
-    kept += e * (swiglu ? 3 : 2) * sb * f;
+    kept += e * (swiglu ? 3 : 2) * sb * f + experts;
     return kept + (dropout ? 2 * sb * h * r : 0);
   }
 };
@@ -85,6 +93,11 @@ double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &blo
   double transient = x.e * x.sb * (x.f + x.h + x.h * x.r);
   if (x.swiglu)
     transient = std::max(transient, x.e * x.sb * (2 * x.f + x.h * x.r));
+  // The experts' down projection: its input gradient per row beside the rows' gradient.
+  if (x.expertRows > 0)
+    transient = std::max(transient, x.e * (x.expertRows * ((x.swiglu ? 2 : 1) * x.expertFfn +
+                                                           x.h) +
+                                           x.sb * x.h * x.r));
   if (recompute == Recompute::Full) {
     // The block's forward is rerun first; under sequence parallelism it rebuilds the gathered
     // norm outputs whole.
@@ -92,6 +105,39 @@ double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &blo
                  2 * x.e * x.sb * x.h * (1 - x.r);
   }
   return transient;
+}
+
+double expertActivationBytes(const ModelSpec &model, const LayerGroup &block, double tokens,
+                             double rows, int64_t tp) {
+  const MoESpec &moe = block.moe;
+  const double e = double(bytesPerElement(model.dtype)), h = double(model.hidden);
+  const double k = double(moe.topK);
+  // The source's side: router logits, the top-k weights, their expert ids (int64) and the
+  // expert outputs returned per slot, which the weights' gradient reads.
+  double source = e * tokens * (double(moe.experts) + k + k * h) + 8 * tokens * k;
+  // The expert's side: the dispatched rows (whole on every tp rank) and the expert MLP's
+  // intermediates (split over tp like a dense MLP's).
+  const double mlpKept = isGated(block.mlp) ? 3 : 2;
+  return source + e * rows * (h + mlpKept * double(moe.ffn) / double(tp));
+}
+
+double expertWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
+                            int64_t last) {
+  const ModelSpec &model = program.model;
+  if (program.parallel.recompute == Recompute::Full)
+    return 0;
+  // A cp rank routes the tokens of its seq / cp positions.
+  const double tokens = double(model.seq / mapping.cp) * double(mapping.microBatch);
+  double extra = 0;
+  for (int64_t i = first; i < last; ++i) {
+    const LayerGroup &block = model.blockGroup(i);
+    if (!block.moe.enabled())
+      continue;
+    ExpertRows rows = expertRows(block.moe, tokens, mapping.ep);
+    extra += expertActivationBytes(model, block, tokens, rows.bound, mapping.tp) -
+             expertActivationBytes(model, block, tokens, rows.expected, mapping.tp);
+  }
+  return extra;
 }
 
 namespace {

@@ -49,6 +49,13 @@ GroupGeometry geometryOf(const RankLayout &layout, AxisSet axes) {
   return g;
 }
 
+GroupGeometry expertGeometry(const RankLayout &layout, bool expertData) {
+  // One axis of the expert grid: its groups are evenly strided runs.
+  Axis axis = expertData ? Axis::DP : Axis::EP;
+  return geometryOf(layout.expertGrid.size(axis), layout.expertGrid.stride(axis),
+                    layout.anyExpertGroupCrossesNodes(expertData), layout.gpusPerNode);
+}
+
 double CommModel::intraNodeBandwidth() const {
   double efficiency =
       cluster.intraNodeKind == IntraNodeKind::PCIe ? kPCIeEfficiency : kNVLinkEfficiency;
@@ -98,6 +105,20 @@ double CommModel::allGather(double bytes, const GroupGeometry &group) const {
 
 double CommModel::reduceScatter(double bytes, const GroupGeometry &group) const {
   return allGather(bytes, group);
+}
+
+double CommModel::allToAll(double bytes, const GroupGeometry &group) const {
+  if (group.ranks <= 1 || bytes <= 0)
+    return 0;
+  const double n = double(group.ranks), local = double(group.ranksPerNode);
+  double intra = (local - 1) / n * bytes / intraNodeBandwidth();
+  if (!group.crossesNodes())
+    return kBaseLatency + cluster.intraNode.latency + intra;
+  const double gpus = double(std::max<int64_t>(cluster.gpusPerNode, 1));
+  const double nics = cluster.nicsPerNode > 0 ? double(cluster.nicsPerNode) : gpus;
+  double inter = (n - local) / n * bytes /
+                 (nics / gpus * cluster.interNode.bandwidth * kNetworkEfficiency);
+  return kBaseLatency + cluster.interNode.latency + std::max(intra, inter);
 }
 
 double CommModel::send(double bytes, bool interNode) const {

@@ -10,13 +10,22 @@
 
 namespace parc {
 
+double mlpWeightsPerToken(const ModelSpec &model, const LayerGroup &block) {
+  const double h = double(model.hidden);
+  auto mlp = [&](double f) { return h * (isGated(block.mlp) ? 2 * f : f) + f * h; };
+  const MoESpec &moe = block.moe;
+  if (!moe.enabled())
+    return mlp(double(block.ffn));
+  // The router, top_k experts and the shared experts.
+  return h * double(moe.experts) + double(moe.topK) * mlp(double(moe.ffn)) +
+         mlp(double(moe.sharedFfn()));
+}
+
 double blockForwardFlopsPerToken(const ModelSpec &model, const LayerGroup &block) {
   const double h = double(model.hidden), d = double(headDim(model, block));
   const double q = double(block.heads) * d, kv = double(block.kvHeads) * d;
-  const double f = double(block.ffn);
-  const double mlpIn = isGated(block.mlp) ? 2 * f : f;
   // Two FLOPs (multiply and add) per weight per token in every linear layer.
-  double linear = 2 * (h * (q + 2 * kv) + q * h + h * mlpIn + f * h);
+  double linear = 2 * (h * (q + 2 * kv) + q * h + mlpWeightsPerToken(model, block));
   return linear + attentionCoreFlopsPerToken(model, block);
 }
 
@@ -39,7 +48,7 @@ double ringBytes(double bytes, int64_t ranks, bool allReduce) {
 
 /// Bytes one rank of stage `s` sends per step in each group kind.
 struct StageBytes {
-  double tp = 0, pp = 0, dp = 0, cp = 0, embedding = 0;
+  double tp = 0, pp = 0, dp = 0, cp = 0, embedding = 0, ep = 0;
 };
 
 /// Keys and values one rank sends per block and microbatch in ring attention: cp - 1 hops
@@ -109,6 +118,14 @@ StageBytes stageBytes(const Program &program, const Mapping &mapping, const Work
     break;
   }
   b.cp = M * ringAttentionBytes(program, mapping, s);
+  // Per MoE block and microbatch: dispatch and combine forward, their transposes backward.
+  for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
+    auto [first, last] = mapping.partition.range(s, chunk);
+    for (int64_t i = first; i < last; ++i)
+      if (const MoESpec &moe = model.blockGroup(i).moe; moe.enabled() && mapping.ep > 1)
+        b.ep += M * 4 * double(mapping.ep - 1) / double(mapping.ep) *
+                expertRows(moe, tokens, mapping.ep).expected * act / tokens;
+  }
   if (model.tiedHead() && pp > 1 && (s == 0 || s == pp - 1))
     b.embedding = ringBytes(
         double(headParams(model, mapping.paddedVocab).perRank(tp)) *
@@ -128,6 +145,7 @@ StepBreakdown breakdownOf(const WorkTable &work, const StepTimeline &timeline, i
     b.recompute += microbatches * w->recompute.compute();
     b.tp += microbatches * (w->forward.tp + w->backward.tp + w->recompute.tp);
     b.cp += microbatches * (w->forward.cp + w->backward.cp + w->recompute.cp);
+    b.ep += microbatches * (w->forward.ep + w->backward.ep + w->recompute.ep);
     zero += microbatches * (w->forward.zero + w->backward.zero + w->recompute.zero);
     busy += microbatches * (w->forwardSeconds() + w->backwardSeconds());
   }
@@ -210,6 +228,9 @@ CostEstimate estimateCost(const Program &program, const Mapping &mapping,
   if (model.tiedHead() && pp > 1)
     row("embedding", "tied embedding gradient all-reduce", 2, work.pp.crossesNodes(),
         maxOver(&StageBytes::embedding), embeddingSeconds);
+  if (model.hasExperts())
+    row("ep", "token all-to-all, 4 per MoE block per microbatch", mapping.ep,
+        work.ep.crossesNodes(), maxOver(&StageBytes::ep), est.breakdown.ep);
   return est;
 }
 

@@ -48,13 +48,20 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
   const ZeroPolicy policy = zeroPolicy(par, mapping.gradientRanks()); // ZeroPolicy.h decides what moves
   const double weightBytes = double(bytesPerElement(model.dtype));
   const double gradBytes = double(bytesPerElement(program.train.gradDtype));
-  const GroupGeometry &dp = table.dp;
+  const GroupGeometry &dp = table.dp, &edp = table.expertDp;
+  // Dense parameters synchronise over dp, experts over the ranks holding the same experts.
+  auto both = [&](double (CommModel::*op)(double, const GroupGeometry &) const, double params,
+                  double experts, double bytesPer, double layers) {
+    return perLayer(op, comm, (params - experts) * bytesPer, dp, layers) +
+           perLayer(op, comm, experts * bytesPer, edp, layers);
+  };
 
   for (VirtualStageWork &w : table.virtualStages) {
     const double layers = double(w.lastBlock - w.firstBlock);
-    const double gather = perLayer(&CommModel::allGather, comm, w.params * weightBytes, dp, layers);
+    const double gather =
+        both(&CommModel::allGather, w.params, w.expertParams, weightBytes, layers);
     const double scatter =
-        perLayer(&CommModel::reduceScatter, comm, w.params * gradBytes, dp, layers);
+        both(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers);
     if (policy.gathersWeightsAroundUse()) {
       w.forward.zero = prefetched(gather, w.forward.compute(), layers);
       w.backward.zero = prefetched(gather + scatter,
@@ -72,16 +79,25 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
   table.stages.assign(size_t(pp), {});
   for (int64_t s = 0; s < pp; ++s) {
     StageWork &stage = table.stages[size_t(s)];
-    table.forEachChunk(s, [&](const VirtualStageWork &w) { stage.params += w.params; });
-    const double grads = stage.params * gradBytes, weights = stage.params * weightBytes;
+    table.forEachChunk(s, [&](const VirtualStageWork &w) {
+      stage.params += w.params;
+      stage.expertParams += w.expertParams;
+    });
+    auto once = [&](double (CommModel::*op)(double, const GroupGeometry &) const,
+                    double bytesPer) {
+      return both(op, stage.params, stage.expertParams, bytesPer, 1);
+    };
     if (policy.gradReduction() == GradReduction::AllReducePerStep)
-      stage.gradSync = comm.allReduce(grads, dp);
+      stage.gradSync = once(&CommModel::allReduce, gradBytes);
     else if (policy.gradReduction() == GradReduction::ReduceScatterPerStep)
-      stage.gradSync = comm.reduceScatter(grads, dp);
+      stage.gradSync = once(&CommModel::reduceScatter, gradBytes);
     if (policy.gathersWeightsAfterStep())
-      stage.paramGather = comm.allGather(weights, dp);
-    const double shard =
-        policy.shardsOptimizer() ? stage.params / double(policy.dp) : stage.params;
+      stage.paramGather = once(&CommModel::allGather, weightBytes);
+    const double dense = stage.params - stage.expertParams;
+    const double shard = policy.shardsOptimizer()
+                             ? dense / double(policy.dp) + stage.expertParams /
+                                                               double(mapping.expertDp())
+                             : stage.params;
     stage.optimizer = gpu.memorySeconds(optimizerBytes * shard, 4);
     const bool embeddingStage = s == 0 || s == pp - 1;
     if (model.tiedHead() && pp > 1 && embeddingStage) {

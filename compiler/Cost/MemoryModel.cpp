@@ -6,6 +6,7 @@
 #include "parc/Cost/MemoryModel.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace parc {
 
@@ -25,10 +26,20 @@ int64_t normParams(const ModelSpec &model) {
 }
 } // namespace
 
+namespace {
+/// A dense MLP of `f` columns: up (and gate) column-parallel, down row-parallel.
+void addDenseMLP(const ModelSpec &model, const LayerGroup &block, int64_t f, ParamCount &p) {
+  const int64_t h = model.hidden, mlpIn = isGated(block.mlp) ? 2 * f : f;
+  const bool bias = hasLinearBiases(model);
+  p.sharded += h * mlpIn + (bias ? mlpIn : 0); // MLP up (and gate)
+  p.sharded += f * h;                          // MLP down
+  p.replicated += bias ? h : 0;
+}
+} // namespace
+
 ParamCount blockParams(const ModelSpec &model, const LayerGroup &block) {
   const int64_t h = model.hidden, d = headDim(model, block);
-  const int64_t q = block.heads * d, kv = block.kvHeads * d, f = block.ffn;
-  const int64_t mlpIn = isGated(block.mlp) ? 2 * f : f; // gate and up projections
+  const int64_t q = block.heads * d, kv = block.kvHeads * d;
   const bool bias = hasLinearBiases(model), qkvBias = hasQKVBias(model);
   ParamCount p;
   // Column-parallel layers split their weight and bias; row-parallel layers split the weight
@@ -38,9 +49,18 @@ ParamCount blockParams(const ModelSpec &model, const LayerGroup &block) {
   p.kvHeads = block.kvHeads;
   p.sharded += q * h;                                      // attention output projection
   p.replicated += bias ? h : 0;
-  p.sharded += h * mlpIn + (bias ? mlpIn : 0); // MLP up (and gate)
-  p.sharded += f * h;                          // MLP down
-  p.replicated += bias ? h : 0;
+  const MoESpec &moe = block.moe;
+  if (moe.enabled()) {
+    // The router (no bias), then experts without biases, as Mixtral's and DeepSeek's.
+    p.replicated += moe.experts * h;
+    const int64_t f = moe.ffn, expertIn = isGated(block.mlp) ? 2 * f : f;
+    p.expert = moe.experts * (h * expertIn + f * h);
+    p.activeExpert = p.expert / moe.experts * moe.topK;
+    if (moe.sharedExperts)
+      addDenseMLP(model, block, moe.sharedFfn(), p);
+  } else {
+    addDenseMLP(model, block, block.ffn, p);
+  }
   p.replicated += 2 * normParams(model);
   return p;
 }
@@ -65,14 +85,44 @@ ParamCount finalNormParams(const ModelSpec &model) {
   return p;
 }
 
-int64_t totalParams(const ModelSpec &model, int64_t paddedVocab) {
+namespace {
+ParamCount modelParams(const ModelSpec &model, int64_t paddedVocab) {
   ParamCount p = embeddingParams(model, paddedVocab);
-  for (int64_t i = 0, n = model.numBlocks(); i < n; ++i)
-    p += blockParams(model, model.blockGroup(i));
+  for (const LayerGroup &g : model.layers)
+    if (g.kind == LayerGroup::Transformer) {
+      ParamCount block = blockParams(model, g);
+      for (int64_t i = 0; i < g.count; ++i)
+        p += block;
+    }
   p += finalNormParams(model);
   if (!model.tiedHead())
     p += headParams(model, paddedVocab);
-  return p.total();
+  return p;
+}
+} // namespace
+
+int64_t totalParams(const ModelSpec &model, int64_t paddedVocab) {
+  return modelParams(model, paddedVocab).total();
+}
+
+int64_t activeParams(const ModelSpec &model, int64_t paddedVocab) {
+  return modelParams(model, paddedVocab).active();
+}
+
+ExpertRows expertRows(const MoESpec &moe, double tokens, int64_t ep) {
+  ExpertRows rows;
+  if (!moe.enabled())
+    return rows;
+  const double k = double(moe.topK), experts = double(moe.experts);
+  rows.expected = tokens * k;
+  double local = experts / double(ep);
+  rows.bound = double(ep) * tokens * std::min(k, local);
+  if (!moe.dropless()) {
+    double perExpert = std::ceil(moe.capacity * tokens * k / experts);
+    rows.bound = std::min(rows.bound, experts * perExpert);
+    rows.expected = std::min(rows.expected, rows.bound);
+  }
+  return rows;
 }
 
 std::vector<ParamUnit> virtualStageUnits(const ModelSpec &model, const Mapping &mapping,
@@ -81,7 +131,7 @@ std::vector<ParamUnit> virtualStageUnits(const ModelSpec &model, const Mapping &
   auto [first, last] = mapping.partition.blocks[size_t(virtualStage)];
   std::vector<ParamUnit> units;
   auto add = [&](ParamUnitKind kind, const ParamCount &count, int64_t block = -1) {
-    units.push_back({kind, block, count.perRank(tp)});
+    units.push_back({kind, block, count.densePerRank(tp)});
   };
   if (virtualStage == virtualStages - 1) {
     if (!model.tiedHead() || virtualStages > 1)
@@ -101,6 +151,16 @@ std::vector<ParamUnit> virtualStageUnits(const ModelSpec &model, const Mapping &
     word.sharded = embedding.sharded;
     add(ParamUnitKind::WordEmbedding, word);
   }
+  return units;
+}
+
+std::vector<ParamUnit> expertUnits(const ModelSpec &model, const Mapping &mapping,
+                                   int64_t virtualStage) {
+  auto [first, last] = mapping.partition.blocks[size_t(virtualStage)];
+  std::vector<ParamUnit> units;
+  for (int64_t i = last - 1; i >= first; --i)
+    if (int64_t n = blockParams(model, model.blockGroup(i)).expertPerRank(mapping.tp, mapping.ep))
+      units.push_back({ParamUnitKind::Experts, i, n});
   return units;
 }
 
@@ -188,20 +248,29 @@ int64_t tpPartialElements(const ModelSpec &model, const Program &program,
   return n;
 }
 
-/// Weights, gradients and optimizer state of one stage under `policy`, with the transient
-/// buffers: ZeRO-3's gathered buckets, the whole gradient buckets of ZeRO 1 to 3 and the
-/// copies the gradient collectives and ops write through.
-void addModelStates(const Program &program, const Mapping &mapping, const ZeroPolicy &policy,
-                    int64_t stage, StageMemory &m) {
+/// One family of parameters ZeRO shards over one group: the dense ones over dp, a MoE
+/// block's experts over the expert-data-parallel group (the ranks that hold the same experts).
+struct StateFamily {
+  ZeroPolicy policy;
+  std::vector<std::vector<ParamUnit>> chunks; // backward-ordered units of each chunk
+  bool mayTie = false;                        // holds the word embedding
+};
+
+/// Weights, gradients and optimizer state of one family of the stage, added to `m`, with the
+/// transient buffers: ZeRO-3's gathered buckets, the whole gradient buckets of ZeRO 1 to 3 and
+/// the copies the gradient collectives and ops write through.
+void addModelStates(const Program &program, const Mapping &mapping, const StateFamily &family,
+                    StageMemory &m) {
   const ModelSpec &model = program.model;
+  const ZeroPolicy &policy = family.policy;
   const StateBytesPerParam perParam = stateBytesPerParam(program);
   const double elementBytes = double(bytesPerElement(model.dtype));
-  const bool tiedOnOneChunk = model.tiedHead() && mapping.pp * mapping.chunks == 1;
+  const bool tiedOnOneChunk =
+      family.mayTie && model.tiedHead() && mapping.pp * mapping.chunks == 1;
   std::vector<ParamUnit> all;
   double owned = 0, padded = 0, largestUse = 0;
   std::vector<std::pair<double, double>> reductions; // (padded, owned) in reduce-scatter order
-  for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
-    std::vector<ParamUnit> units = virtualStageUnits(model, mapping, chunk * mapping.pp + stage);
+  for (const std::vector<ParamUnit> &units : family.chunks) {
     all.insert(all.end(), units.begin(), units.end());
     double word = 0, other = 0;
     for (const ZeroBucket &bucket : policy.buckets(units)) {
@@ -218,23 +287,25 @@ void addModelStates(const Program &program, const Mapping &mapping, const ZeroPo
     }
     largestUse = std::max(largestUse, word + other);
   }
+  int64_t elements = 0;
   for (const ParamUnit &unit : all)
-    m.paramsPerRank += unit.elements;
-  const double n = double(m.paramsPerRank);
+    elements += unit.elements;
+  m.paramsPerRank += elements;
+  const double n = double(elements);
   const double opScratch = double(largestScratchGradient(program, mapping, all)) * elementBytes;
   const double tpScratch = double(tpPartialElements(model, program, all)) * perParam.grad;
 
   if (!policy.partitioned()) {
-    m.weights = n * perParam.weight;
-    m.grads = n * perParam.grad;
-    m.optimizer = n * perParam.optimizer;
-    m.gradBuffers = std::max(opScratch, tpScratch);
+    m.weights += n * perParam.weight;
+    m.grads += n * perParam.grad;
+    m.optimizer += n * perParam.optimizer;
+    m.gradBuffers += std::max(opScratch, tpScratch);
     return;
   }
-  m.optimizer = owned * perParam.optimizer;
-  m.weights = (policy.shardsWeights() ? owned : padded) * perParam.weight;
+  m.optimizer += owned * perParam.optimizer;
+  m.weights += (policy.shardsWeights() ? owned : padded) * perParam.weight;
   if (policy.shardsWeights())
-    m.gathered = largestUse * perParam.weight;
+    m.gathered += largestUse * perParam.weight;
   if (!policy.shardsGrads()) {
     // Whole buckets through the step; each reduce-scatter adds its owned shard before it
     // releases the whole bucket.
@@ -244,12 +315,12 @@ void addModelStates(const Program &program, const Mapping &mapping, const ZeroPo
       peak = std::max(peak, whole + shards);
       whole -= bucketWhole;
     }
-    m.grads = padded * perParam.grad;
-    m.gradBuffers = std::max((peak - padded) * perParam.grad + opScratch, tpScratch);
+    m.grads += padded * perParam.grad;
+    m.gradBuffers += std::max((peak - padded) * perParam.grad + opScratch, tpScratch);
     return;
   }
-  m.grads = owned * perParam.grad;
-  m.gradBuffers = std::max(largestUse * perParam.grad + opScratch, tpScratch);
+  m.grads += owned * perParam.grad;
+  m.gradBuffers += std::max(largestUse * perParam.grad + opScratch, tpScratch);
 }
 
 } // namespace
@@ -264,12 +335,22 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
     m.stage = stage;
     std::vector<int64_t> inFlight =
         microbatchesInFlight(par.schedule, mapping.pp, stage, mapping.microbatches, mapping.chunks);
+    StateFamily dense{policy, {}, true}, experts{zeroPolicy(par, mapping.expertDp()), {}, false};
     for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
       auto [first, last] = mapping.partition.range(stage, chunk);
+      const int64_t virtualStage = chunk * mapping.pp + stage;
+      dense.chunks.push_back(virtualStageUnits(program.model, mapping, virtualStage));
+      experts.chunks.push_back(expertUnits(program.model, mapping, virtualStage));
+      for (const ParamUnit &unit : experts.chunks.back())
+        m.expertParamsPerRank += unit.elements;
+      m.expertWorstCase +=
+          double(inFlight[size_t(chunk)]) * expertWorstCaseBytes(program, mapping, first, last);
       m.blocks += last - first;
       m.inFlight += inFlight[size_t(chunk)];
     }
-    addModelStates(program, mapping, policy, stage, m);
+    addModelStates(program, mapping, dense, m);
+    if (program.model.hasExperts())
+      addModelStates(program, mapping, experts, m);
     m.activations = stageActivationBytes(program, mapping, stage, inFlight);
     m.reserve = double(program.cluster.gpuReserve);
     est.stages.push_back(m);

@@ -19,12 +19,14 @@ namespace {
 using GroupFn = std::function<std::vector<int64_t>(int64_t)>;
 
 /// Every group of one kind once, in the order of its lowest rank: each is built from the
-/// rank whose index in it is 0, so the whole list costs O(world).
+/// rank whose index in it is 0, so the whole list costs O(world). Expert groups are those of
+/// the expert grid (Megatron-Core's expert rank generator).
 std::vector<std::vector<int64_t>> allGroups(const RankLayout &layout, AxisSet axes,
-                                            const GroupFn &groupOf) {
+                                            const GroupFn &groupOf, bool expert = false) {
+  const RankGrid &grid = expert ? layout.expertGrid : layout.grid;
   std::vector<std::vector<int64_t>> out;
   for (int64_t rank = 0, n = layout.world(); rank < n; ++rank) {
-    if (layout.grid.indexIn(rank, axes) != 0)
+    if (grid.indexIn(rank, axes) != 0)
       continue;
     std::vector<int64_t> g = groupOf(rank);
     if (!g.empty() && g.front() == rank)
@@ -37,6 +39,7 @@ struct GroupKind {
   const char *name;
   AxisSet axes; // the coordinates that vary within a group
   GroupFn groupOf;
+  bool expert = false; // a group of the expert grid
 };
 
 /// The text report lists context parallelism's groups only when cp > 1; the JSON always.
@@ -56,6 +59,11 @@ std::vector<GroupKind> groupKinds(const Program &program, const Mapping &mapping
   if (program.model.tiedHead() && mapping.pp > 1)
     kinds.push_back({"embedding", {Axis::PP},
                      [&layout](int64_t r) { return layout.embeddingGroup(r, true); }});
+  if (program.model.hasExperts()) {
+    kinds.push_back({"ep", {Axis::EP}, [&layout](int64_t r) { return layout.epGroup(r); }, true});
+    kinds.push_back({"expert_dp", {Axis::DP},
+                     [&layout](int64_t r) { return layout.expertDataGroup(r); }, true});
+  }
   return kinds;
 }
 
@@ -128,8 +136,65 @@ std::vector<std::pair<const char *, double>> breakdownParts(const StepBreakdown 
       {"tp", b.tp},           {"pp", b.pp},               {"dp", b.dp}};
   if (withContext)
     parts.push_back({"cp", b.cp});
+  if (b.ep > 0)
+    parts.push_back({"ep", b.ep});
   parts.push_back({"optimizer", b.optimizer});
   return parts;
+}
+
+/// What one MoE block holds and moves on one rank per microbatch, for the report.
+struct ExpertSummary {
+  const LayerGroup *block = nullptr; // the first MoE group
+  int64_t moeBlocks = 0, expertsPerRank = 0;
+  int64_t fewestExperts = 0, mostExperts = 0; // over the MoE groups
+  ExpertRows rows;
+  double worstExtra = 0; // on the stage where it is largest
+};
+
+ExpertSummary expertSummary(const Program &program, const Mapping &mapping,
+                            const MemoryEstimate &memory) {
+  ExpertSummary s;
+  for (const LayerGroup &g : program.model.layers)
+    if (g.kind == LayerGroup::Transformer && g.moe.enabled()) {
+      s.block = s.block ? s.block : &g;
+      s.moeBlocks += g.count;
+      s.fewestExperts = s.fewestExperts ? std::min(s.fewestExperts, g.moe.experts) : g.moe.experts;
+      s.mostExperts = std::max(s.mostExperts, g.moe.experts);
+    }
+  if (!s.block)
+    return s;
+  s.expertsPerRank = s.block->moe.experts / mapping.ep;
+  // A cp rank routes the tokens of its seq / cp positions.
+  s.rows = expertRows(s.block->moe,
+                      double(program.model.seq / mapping.cp) * double(mapping.microBatch),
+                      mapping.ep);
+  for (const StageMemory &m : memory.stages)
+    s.worstExtra = std::max(s.worstExtra, m.expertWorstCase);
+  return s;
+}
+
+void printExperts(const Program &program, const Mapping &mapping, const MemoryEstimate &memory,
+                  llvm::raw_ostream &os) {
+  ExpertSummary s = expertSummary(program, mapping, memory);
+  if (!s.block)
+    return;
+  const MoESpec &moe = s.block->moe;
+  const double active = double(activeParams(program.model, mapping.paddedVocab));
+  os << "experts: " << s.moeBlocks << " MoE blocks; " << paramCount(active)
+     << " parameters active per token; ep " << mapping.ep << ", expert dp " << mapping.expertDp()
+     << "\n";
+  const bool mixed = s.mostExperts != s.fewestExperts;
+  os << "  " << (mixed ? "layer '" + s.block->name + "': " : "") << moe.experts << " experts, top_k "
+     << moe.topK << ", " << s.expertsPerRank << (s.expertsPerRank == 1 ? " expert" : " experts")
+     << " per rank\n";
+  os << "  expert tokens per rank, MoE block and microbatch: "
+     << formatNumber("%.0f", s.rows.expected) << " rows balanced, at most "
+     << formatNumber("%.0f", s.rows.bound) << " "
+     << (moe.dropless() ? "dropless" : "with capacity " + formatNumber("%g", moe.capacity))
+     << "; that worst case adds " << formatBytes(s.worstExtra) << " of activations to a rank";
+  if (moe.dropless() && s.worstExtra > 0)
+    os << " (a capacity factor bounds it)";
+  os << "\n";
 }
 
 void printStepTime(const CostEstimate &cost, const Program &program, llvm::raw_ostream &os) {
@@ -169,7 +234,7 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
   std::vector<std::vector<std::string>> rows = {
       {"group", "ranks", "groups", "rank 0's group", "link"}};
   for (const GroupKind &kind : groupKinds(program, mapping, mapping.cp > 1)) {
-    auto groups = allGroups(layout, kind.axes, kind.groupOf);
+    auto groups = allGroups(layout, kind.axes, kind.groupOf, kind.expert);
     std::vector<int64_t> own = kind.groupOf(0);
     rows.push_back({kind.name, std::to_string(own.size()), std::to_string(groups.size()),
                     ranksText(own),
@@ -183,6 +248,7 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
      << " without the padding (vocab " << model.vocab << " padded to " << mapping.paddedVocab
      << "), "
      << mapping.globalBatch << " sequences of " << model.seq << " tokens per step\n";
+  printExperts(program, mapping, memory, os);
   os << "pipeline: " << mapping.microbatches << " microbatches of " << mapping.microBatch
      << " per step, schedule " << par.scheduleText() << ", bubble fraction "
      << formatNumber("%.4f", cost.bubbleFraction) << "\n";
@@ -251,7 +317,7 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
 
   llvm::json::Object groups, links;
   for (const GroupKind &kind : groupKinds(program, mapping, /*withContext=*/true)) {
-    auto all = allGroups(layout, kind.axes, kind.groupOf);
+    auto all = allGroups(layout, kind.axes, kind.groupOf, kind.expert);
     llvm::json::Array list;
     for (const std::vector<int64_t> &g : all)
       list.push_back(llvm::json::Array(g));
@@ -293,7 +359,7 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
   breakdown["critical_stage"] = cost.criticalStage;
 
   const ParallelSpec &par = program.parallel;
-  return llvm::json::Object{
+  llvm::json::Object out{
       {"model", program.model.name},
       {"cluster", program.cluster.name},
       {"world", layout.world()},
@@ -331,6 +397,22 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
       {"tokens_per_second", cost.tokensPerSecond},
       {"train_time_s", cost.trainSeconds > 0 ? llvm::json::Value(cost.trainSeconds) : nullptr},
   };
+  if (ExpertSummary e = expertSummary(program, mapping, memory); e.block) {
+    out["ep"] = mapping.ep;
+    out["experts"] = llvm::json::Object{
+        {"moe_blocks", e.moeBlocks},
+        {"experts", e.block->moe.experts},
+        {"top_k", e.block->moe.topK},
+        {"experts_per_rank", e.expertsPerRank},
+        {"expert_dp", mapping.expertDp()},
+        {"active_params", activeParams(program.model, mapping.paddedVocab)},
+        {"rows_balanced", e.rows.expected},
+        {"rows_bound", e.rows.bound},
+        {"dropless", e.block->moe.dropless()},
+        {"worst_case_extra_bytes", bytes(e.worstExtra)},
+    };
+  }
+  return out;
 }
 
 llvm::json::Object breakdownToJSON(const StepBreakdown &breakdown) {

@@ -23,6 +23,7 @@ PassTime &PassTime::operator+=(const PassTime &o) {
   tp += o.tp;
   zero += o.zero;
   cp += o.cp;
+  ep += o.ep;
   return *this;
 }
 
@@ -34,6 +35,7 @@ PassTime PassTime::scaled(double k) const {
   p.tp *= k;
   p.zero *= k;
   p.cp *= k;
+  p.ep *= k;
   return p;
 }
 
@@ -73,7 +75,7 @@ struct WorkContext {
   const Mapping &mapping;
   GPUModel gpu;
   CommModel comm;
-  GroupGeometry tpGroup;
+  GroupGeometry tpGroup, epGroup;
   double tokens, seq, tp, cp, e;
   bool sp, ringCrossesNodes;
 
@@ -81,6 +83,7 @@ struct WorkContext {
   WorkContext(const Program &program, const Mapping &mapping)
       : program(program), mapping(mapping), gpu(program.cluster, program.model.dtype),
         comm(program.cluster), tpGroup(geometryOf(mapping.layout, Axis::TP)),
+        epGroup(expertGeometry(mapping.layout, false)),
         tokens(double(mapping.microBatch) * double(program.model.seq) / double(mapping.cp)),
         seq(double(program.model.seq)), tp(double(mapping.tp)), cp(double(mapping.cp)),
         e(double(bytesPerElement(program.model.dtype))),
@@ -182,6 +185,36 @@ void attentionCore(const WorkContext &c, const ModelSpec &model, const LayerGrou
                (backwardGemm + c.gpu.memorySeconds(softmaxBackward, kernels)) / c.cp, p);
 }
 
+/// A dense MLP of `f` columns per tp rank over `rows` tokens: up (and gate), the activation,
+/// down.
+void denseMLP(const WorkContext &c, const LayerGroup &block, double rows, double fRank,
+              BlockPasses &p) {
+  const double h = double(c.program.model.hidden);
+  const bool swiglu = isGated(block.mlp);
+  c.linear(rows, (swiglu ? 2 : 1) * fRank, h, p);           // MLP up (and gate)
+  c.elementwise((swiglu ? 3 : 2) * c.e * rows * fRank, 1, p); // bias-GeLU or SwiGLU
+  c.linear(rows, h, fRank, p);                              // MLP down
+}
+
+/// A mixture-of-experts MLP on one rank: the router over all T tokens (replicated over tp),
+/// the permutations into and out of the all-to-all buffers, the expert MLPs over the rows the
+/// rank receives (T x top_k when the router balances the experts), the shared experts, and
+/// the two all-to-alls over the ep group forward (dispatch, combine) and backward.
+void expertMLP(const WorkContext &c, const LayerGroup &block, BlockPasses &p) {
+  const MoESpec &moe = block.moe;
+  const double T = c.tokens, h = double(c.program.model.hidden), e = c.e;
+  const double rows = expertRows(moe, T, c.mapping.ep).expected;
+  c.linear(T, double(moe.experts), h, p);                  // router logits
+  c.elementwise(3 * e * T * double(moe.experts), 1, p);    // softmax, top-k, load statistics
+  c.elementwise(4 * e * rows * h, 4, p);                   // permute, unpermute, weighted sum
+  denseMLP(c, block, rows, double(moe.ffn) / c.tp, p);
+  if (moe.sharedExperts)
+    denseMLP(c, block, T, double(moe.sharedFfn()) / c.tp, p);
+  double exchange = 2 * c.comm.allToAll(e * rows * h, c.epGroup);
+  p.forward.ep += exchange;
+  p.backward.ep += exchange;
+}
+
 BlockPasses blockPasses(const WorkContext &c, const LayerGroup &block) {
   const ModelSpec &model = c.program.model;
   const double T = c.tokens, local = c.localTokens(), h = double(model.hidden), e = c.e;
@@ -189,7 +222,6 @@ BlockPasses blockPasses(const WorkContext &c, const LayerGroup &block) {
   const double qRank = double(block.heads) * d / c.tp;
   const double kvRank = keyValueWidth(c, model, block);
   const double fRank = double(block.ffn) / c.tp;
-  const bool swiglu = isGated(block.mlp); // SwiGLU or GeGLU: gate and up projections
   const double mask = model.dropout > 0 ? 1 : 0; // dropout's 1-byte mask per element
 
   BlockPasses p;
@@ -202,9 +234,10 @@ BlockPasses blockPasses(const WorkContext &c, const LayerGroup &block) {
   c.linear(T, h, qRank, p);                           // output projection
   c.elementwise((3 * e + mask) * local * h, 1, p);    // bias, dropout, residual add
   c.elementwise(2 * e * local * h, 1, p);             // post-attention norm
-  c.linear(T, (swiglu ? 2 : 1) * fRank, h, p);        // MLP up (and gate)
-  c.elementwise((swiglu ? 3 : 2) * e * T * fRank, 1, p); // bias-GeLU or SwiGLU
-  c.linear(T, h, fRank, p);                           // MLP down
+  if (block.moe.enabled())
+    expertMLP(c, block, p);
+  else
+    denseMLP(c, block, T, fRank, p);
   c.elementwise((3 * e + mask) * local * h, 1, p);    // bias, dropout, residual add
 
   // Two reductions a pass: after attention and after the MLP (their transposes backward).
@@ -270,6 +303,8 @@ WorkTable buildWorkTable(const Program &program, const Mapping &mapping) {
   table.dp = geometryOf(mapping.layout, RankLayout::kGradientAxes);
   table.pp = geometryOf(mapping.layout, Axis::PP);
   table.cp = geometryOf(mapping.layout, Axis::CP);
+  table.ep = c.epGroup;
+  table.expertDp = expertGeometry(mapping.layout, true);
   const int64_t pp = mapping.pp, virtualStages = pp * mapping.chunks;
   table.stageCount = pp;
 
@@ -279,7 +314,7 @@ WorkTable buildWorkTable(const Program &program, const Mapping &mapping) {
     const LayerGroup *layer;
     int64_t first, last; // its blocks [first, last)
     BlockPasses passes;
-    double flops, recomputed, params;
+    double flops, recomputed, params, expertParams;
   };
   std::vector<Group> groups;
   int64_t first = 0;
@@ -290,9 +325,11 @@ WorkTable buildWorkTable(const Program &program, const Mapping &mapping) {
                         : par.recompute == Recompute::Selective
                             ? attentionCoreFlopsPerToken(model, g)
                             : 0;
+    ParamCount params = blockParams(model, g);
     groups.push_back({&g, first, first + g.count, blockPasses(c, g),
                       blockForwardFlopsPerToken(model, g), recomputed,
-                      double(blockParams(model, g).perRank(mapping.tp))});
+                      double(params.perRank(mapping.tp, mapping.ep)),
+                      double(params.expertPerRank(mapping.tp, mapping.ep))});
     first += g.count;
   }
 
@@ -317,6 +354,7 @@ WorkTable buildWorkTable(const Program &program, const Mapping &mapping) {
       flops += n * g.flops;
       recomputed += n * g.recomputed;
       w.params += n * g.params;
+      w.expertParams += n * g.expertParams;
     }
     double modelFlops = 3 * flops, hardwareFlops = 3 * flops + recomputed;
     if (v == 0) {

@@ -30,6 +30,10 @@ void writeFields(const ResolvedBlock &block, const std::string &indent, llvm::ra
 }
 
 void writeLayers(const ResolvedBlock &model, llvm::raw_ostream &os) {
+  // Every layer states its MLP: a dense one beside MoE blocks overrides the model's experts.
+  const bool hasExperts = llvm::any_of(model.layers, [](const LayerGroup &g) {
+    return g.kind == LayerGroup::Transformer && g.moe.enabled();
+  });
   for (const LayerGroup &g : model.layers) {
     os << "  layer " << g.name << " : ";
     if (g.kind == LayerGroup::Embedding)
@@ -38,7 +42,9 @@ void writeLayers(const ResolvedBlock &model, llvm::raw_ostream &os) {
       os << "lm_head" << (g.tiedTo.empty() ? "" : " tied(" + g.tiedTo + ")");
     else
       os << "transformer(heads = " << g.heads << ", kv_heads = " << g.kvHeads
-         << ", ffn = " << g.ffn << ", mlp = " << toString(g.mlp) << ") x " << g.count;
+         << ", ffn = " << g.ffn << ", mlp = " << toString(g.mlp)
+         << (g.moe.enabled() ? g.moe.fieldsText() : hasExperts ? ", experts = 0" : "") << ") x "
+         << g.count;
     os << "\n";
   }
 }
@@ -56,6 +62,8 @@ void writeParallel(const Program &program, llvm::raw_ostream &os) {
      << " on " << program.cluster.name << " {\n";
   os << "  tp = " << p.tp << "\n  pp = " << p.pp << "\n  dp = " << p.dp << "\n";
   os << "  cp = " << p.cp << "\n";
+  if (program.model.hasExperts())
+    os << "  ep = " << p.ep << "\n";
   os << "  order = " << p.orderText() << "\n";
   os << "  micro_batch = " << p.microBatch << "\n  global_batch = " << p.globalBatch << "\n";
   os << "  schedule = " << p.scheduleText();

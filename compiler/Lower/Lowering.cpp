@@ -262,6 +262,17 @@ bool checkLowerable(const Program &program, DiagnosticEngine &diags) {
       diags.error(program.rangeOf(std::string("model.") + r.field, m.nameRange), r.why);
       ok = false;
     }
+  // Mixture-of-experts blocks are checked, estimated and searched; their op lists (router,
+  // token all-to-all, expert GEMMs) are not lowered yet, so no plan may pretend to run them.
+  for (const LayerGroup &g : m.layers)
+    if (g.kind == LayerGroup::Transformer && g.moe.enabled()) {
+      diags.error(g.range, "layer '" + g.name + "' has a mixture-of-experts MLP (" +
+                               std::to_string(g.moe.experts) +
+                               " experts), which is checked and estimated but not run: "
+                               "parrun has no router, token all-to-all or expert kernels yet; "
+                               "plans need dense layers (experts = 0)");
+      ok = false;
+    }
   return ok;
 }
 

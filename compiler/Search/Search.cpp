@@ -92,7 +92,7 @@ struct ScheduleChoice {
 
 /// Every field's values, each independent of the others so that the space is their product.
 struct Domains {
-  std::vector<int64_t> tp, pp, cp, mb, sp, recompute, zero, order;
+  std::vector<int64_t> tp, pp, cp, ep, mb, sp, recompute, zero, order;
   std::vector<ScheduleChoice> schedules;
 
   Domains(const Program &program) {
@@ -103,6 +103,9 @@ struct Domains {
     tp = valuesOf(space.tp, worldDivisors, par.tp);
     pp = valuesOf(space.pp, worldDivisors, par.pp);
     cp = valuesOf(space.cp, worldDivisors, par.cp);
+    // Without experts ep is 1 whatever `auto` allows.
+    ep = program.model.hasExperts() ? valuesOf(space.ep, worldDivisors, par.ep)
+                                    : std::vector<int64_t>{1};
     mb = valuesOf(space.microBatch, divisorsOf(par.globalBatch), par.microBatch);
     sp = valuesOf(space.sequenceParallel, {0, 1}, par.sequenceParallel);
     recompute = valuesOf(space.recompute, {0, 1, 2}, int64_t(par.recompute));
@@ -138,7 +141,7 @@ struct Domains {
 
 /// A feasible candidate, small enough to keep by the hundred thousand.
 struct Scored {
-  int64_t tp, pp, dp, cp, mb, chunks;
+  int64_t tp, pp, dp, cp, ep, mb, chunks;
   uint8_t kind, zero, recompute, sp, order;
   double bound, bytes;
   int64_t crossing; // ranks of the groups that span nodes, for ties
@@ -150,6 +153,7 @@ ParallelSpec specOf(const ParallelSpec &base, const Scored &s) {
   p.pp = s.pp;
   p.dp = s.dp;
   p.cp = s.cp;
+  p.ep = s.ep;
   p.dpAuto = false;
   p.microBatch = s.mb;
   p.schedule = ScheduleKind(s.kind);
@@ -207,13 +211,15 @@ public:
 
 private:
   size_t below(size_t level) const {
-    size_t sizes[] = {d.mb.size(), d.sp.size(), d.schedules.size(), d.recompute.size(),
+    size_t sizes[] = {d.ep.size(), d.mb.size(), d.sp.size(), d.schedules.size(), d.recompute.size(),
                       d.zero.size(), d.order.size()};
     size_t n = 1;
     for (size_t i = level; i < std::size(sizes); ++i)
       n *= sizes[i];
     return n;
   }
+  /// Every candidate with this tp, cp, pp and ep.
+  void runWithExperts(int64_t tp, int64_t cp, int64_t pp, int64_t ep, int64_t padded, Tally &t);
   void scoreOrders(Program &p, Mapping &m, Scored s, Tally &t);
 
   const Program &program;
@@ -239,18 +245,37 @@ void Enumerator::run(int64_t tp, int64_t cp, int64_t pp, Tally &t) {
     t.reject(Rejection::DoesNotDivide, int64_t(below(0)));
     return;
   }
+  for (int64_t ep : d.ep) {
+    if (!expertParallelSplits(program.model, ep, dp * cp))
+      t.reject(Rejection::DoesNotDivide, int64_t(below(1)));
+    else
+      runWithExperts(tp, cp, pp, ep, *padded, t);
+  }
+  // Only the few closest misses are ever shown.
+  auto byBytes = [](const Scored &a, const Scored &b) { return a.bytes < b.bytes; };
+  std::sort(t.overflowing.begin(), t.overflowing.end(), byBytes);
+  if (t.overflowing.size() > 8)
+    t.overflowing.resize(8);
+}
+
+void Enumerator::runWithExperts(int64_t tp, int64_t cp, int64_t pp, int64_t ep, int64_t padded,
+                                Tally &t) {
+  const int64_t world = program.cluster.world(), blocks = program.model.numBlocks();
+  const ParallelSpec &base = program.parallel;
+  const int64_t dp = world / (tp * cp * pp);
   Program p = program;
   p.parallel.cp = cp;
+  p.parallel.ep = ep;
   std::optional<PureFamily> family = familyOf(tp, pp, dp, cp);
   for (int64_t mb : d.mb) {
     if (base.globalBatch % (mb * dp) != 0) {
-      t.reject(Rejection::DoesNotDivide, int64_t(below(1)));
+      t.reject(Rejection::DoesNotDivide, int64_t(below(2)));
       continue;
     }
     const int64_t microbatches = base.globalBatch / (mb * dp);
     for (int64_t sp : d.sp) {
       if (sp && !sequenceParallelSplits(program.model, tp, cp)) {
-        t.reject(Rejection::SequenceParallel, int64_t(below(2)));
+        t.reject(Rejection::SequenceParallel, int64_t(below(3)));
         continue;
       }
       for (const ScheduleChoice &sched : d.schedules) {
@@ -264,7 +289,7 @@ void Enumerator::run(int64_t tp, int64_t cp, int64_t pp, Tally &t) {
         if (!partition) {
           t.reject(pipelineRule || interleaved ? Rejection::ScheduleRule
                                                : Rejection::DoesNotDivide,
-                   int64_t(below(3)));
+                   int64_t(below(4)));
           continue;
         }
         for (int64_t rc : d.recompute)
@@ -283,9 +308,9 @@ void Enumerator::run(int64_t tp, int64_t cp, int64_t pp, Tally &t) {
             par.zero = int(zero);
             par.recompute = Recompute(rc);
             par.sequenceParallel = sp;
-            Mapping m = makeMapping(p, dp, *partition, *padded);
+            Mapping m = makeMapping(p, dp, *partition, padded);
             double bytes = estimateMemory(p, m).maxRankBytes();
-            Scored s{tp, pp, dp, cp, mb, par.chunks, uint8_t(sched.kind), uint8_t(zero),
+            Scored s{tp, pp, dp, cp, ep, mb, par.chunks, uint8_t(sched.kind), uint8_t(zero),
                      uint8_t(rc), uint8_t(sp), 0, 0, bytes, 0};
             if (family)
               ++t.familySeen[size_t(*family)];
@@ -304,11 +329,6 @@ void Enumerator::run(int64_t tp, int64_t cp, int64_t pp, Tally &t) {
       }
     }
   }
-  // Only the few closest misses are ever shown.
-  auto byBytes = [](const Scored &a, const Scored &b) { return a.bytes < b.bytes; };
-  std::sort(t.overflowing.begin(), t.overflowing.end(), byBytes);
-  if (t.overflowing.size() > 8)
-    t.overflowing.resize(8);
 }
 
 void Enumerator::scoreOrders(Program &p, Mapping &m, Scored s, Tally &t) {
@@ -318,8 +338,12 @@ void Enumerator::scoreOrders(Program &p, Mapping &m, Scored s, Tally &t) {
       t.reject(Rejection::ContextParallel, 1);
       continue;
     }
-    m.layout =
-        RankLayout(s.tp, s.pp, s.dp, p.parallel.order, program.cluster.gpusPerNode, s.cp);
+    m.layout = RankLayout(s.tp, s.pp, s.dp, p.parallel.order, program.cluster.gpusPerNode, s.cp,
+                          s.ep);
+    if (program.model.hasExperts() && !m.layout.expertGridAligned()) {
+      t.reject(Rejection::ContextParallel, 1);
+      continue;
+    }
     s.order = uint8_t(order);
     s.bound = stepLowerBound(p, m, buildWorkTable(p, m));
     s.crossing = crossingRanks(m.layout);
@@ -375,8 +399,8 @@ std::array<int, kAxes> canonicalOrder(const Scored &s) {
 /// Everything that tells two candidates apart, for a total order of ties and to drop
 /// orders that are the same layout.
 auto identity(const Scored &s) {
-  return std::make_tuple(s.tp, s.pp, s.dp, s.cp, s.mb, s.kind, s.chunks, s.zero, s.recompute,
-                         s.sp, canonicalOrder(s), s.order);
+  return std::make_tuple(s.tp, s.pp, s.dp, s.cp, s.ep, s.mb, s.kind, s.chunks, s.zero,
+                         s.recompute, s.sp, canonicalOrder(s), s.order);
 }
 
 bool before(const Scored &a, const Scored &b) {
@@ -391,7 +415,7 @@ bool before(const Scored &a, const Scored &b) {
 
 bool sameLayout(const Scored &a, const Scored &b) {
   auto ia = identity(a), ib = identity(b);
-  std::get<11>(ia) = std::get<11>(ib) = 0;
+  std::get<12>(ia) = std::get<12>(ib) = 0; // the order, as written
   return ia == ib;
 }
 

@@ -77,6 +77,8 @@ std::vector<std::string> row(size_t rank, const Candidate &c, const Program &pro
                                     std::to_string(p.pp), std::to_string(p.dp)};
   if (withContext(program))
     cells.push_back(std::to_string(p.cp));
+  if (program.model.hasExperts())
+    cells.push_back(std::to_string(p.ep));
   std::vector<std::string> rest = {
           std::to_string(p.microBatch),
           p.scheduleText(),
@@ -115,6 +117,7 @@ llvm::json::Object candidateJSON(const Candidate &c) {
       {"pp", p.pp},
       {"dp", p.dp},
       {"cp", p.cp},
+      {"ep", p.ep},
       {"micro_batch", p.microBatch},
       {"schedule", p.scheduleText()},
       {"zero", p.zero},
@@ -136,6 +139,7 @@ llvm::json::Object candidateJSON(const Candidate &c) {
 std::string mappingText(const ParallelSpec &p) {
   std::string s = "tp " + std::to_string(p.tp) + ", pp " + std::to_string(p.pp) + ", dp " +
                   std::to_string(p.dp) + (p.cp > 1 ? ", cp " + std::to_string(p.cp) : "") +
+                  (p.ep > 1 ? ", ep " + std::to_string(p.ep) : "") +
                   ", micro_batch " + std::to_string(p.microBatch) +
                   ", " + p.scheduleText() + ", zero " + std::to_string(p.zero) +
                   ", recompute " + toString(p.recompute);
@@ -175,6 +179,11 @@ void printSearch(const SearchResult &r, const Program &program, llvm::raw_ostrea
   std::string align = "rrrr";
   if (withContext(program)) {
     header.push_back("cp");
+    align += "r";
+  }
+  // A model with experts has an ep column after dp (and cp).
+  if (program.model.hasExperts()) {
+    header.push_back("ep");
     align += "r";
   }
   for (const char *h : {"mb", "schedule", "zero", "recompute", "sp", "order", "step", "tokens/s",

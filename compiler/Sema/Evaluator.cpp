@@ -591,7 +591,7 @@ std::optional<Value> Evaluator::evaluateField(const ast::Expr &expr, const Field
     return evalAuto(expr, spec, scope);
   if (expr.kind == ast::Expr::Call && expr.path.size() == 1 && expr.path[0] == "auto") {
     diags.error(expr.range, "'" + spec.name + "' cannot be auto: the search chooses tp, pp, "
-                                              "dp, cp, micro_batch, schedule, zero, recompute, "
+                                              "dp, cp, ep, micro_batch, schedule, zero, recompute, "
                                               "sequence_parallel and order");
     return std::nullopt;
   }
@@ -605,6 +605,20 @@ std::optional<Value> Evaluator::evaluateField(const ast::Expr &expr, const Field
     return evalSchedule(expr, scope);
   case FieldType::CountOrAuto: // `auto` was handled above (dp is searchable)
     break;
+  case FieldType::RealOrWord: {
+    if (auto name = bareName(expr); name && (scope.block->field(*name) == nullptr ||
+                                             llvm::is_contained(spec.words, *name)))
+      return evalWord(expr, spec, scope);
+    auto v = evalNumeric(expr, scope);
+    if (!v || !(v = typeNumber(expr, *v, FieldSpec{spec.name, FieldType::Real, false, "", {}, {}})))
+      return std::nullopt;
+    if (v->r <= 0) {
+      diags.error(expr.range, "'" + spec.name + "' must be positive or " +
+                                  joinWords(spec.words) + ", got " + showNumber(*v));
+      return std::nullopt;
+    }
+    return v;
+  }
   case FieldType::CountList: {
     if (expr.kind != ast::Expr::List) {
       diags.error(expr.range, "expected a list of layer counts, e.g. [24, 24, 24, 24]");

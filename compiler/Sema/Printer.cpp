@@ -50,7 +50,7 @@ void printResolved(const ResolvedModule &module, llvm::SourceMgr &sm, llvm::raw_
       else
         os << "transformer x " << g.count << " (heads = " << g.heads
            << ", kv_heads = " << g.kvHeads << ", ffn = " << g.ffn
-           << ", mlp = " << toString(g.mlp) << ")";
+           << ", mlp = " << toString(g.mlp) << g.moe.fieldsText() << ")";
       os << "  " << where(g.range, sm) << "\n";
     }
   }

@@ -48,7 +48,7 @@ bool Choices::allows(int64_t v) const {
 }
 
 bool SearchSpace::searches() const {
-  for (const Choices *c : {&tp, &pp, &cp, &microBatch, &zero, &recompute, &sequenceParallel,
+  for (const Choices *c : {&tp, &pp, &cp, &ep, &microBatch, &zero, &recompute, &sequenceParallel,
                            &order, &schedule, &chunks})
     if (c->open)
       return true;
@@ -93,6 +93,29 @@ int64_t ModelSpec::numBlocks() const {
     if (g.kind == LayerGroup::Transformer)
       n += g.count;
   return n;
+}
+
+bool ModelSpec::hasExperts() const {
+  return llvm::any_of(layers, [](const LayerGroup &g) {
+    return g.kind == LayerGroup::Transformer && g.moe.enabled();
+  });
+}
+
+std::string MoESpec::fieldsText() const {
+  if (!enabled())
+    return "";
+  std::string out;
+  llvm::raw_string_ostream os(out);
+  os << ", experts = " << experts << ", top_k = " << topK << ", moe_ffn = " << ffn;
+  if (sharedExperts)
+    os << ", shared_experts = " << sharedExperts;
+  os << ", normalize_top_k = " << (normalizeTopK ? "true" : "false")
+     << ", aux_loss = " << llvm::format("%g", auxLoss) << ", capacity = ";
+  if (dropless())
+    os << "dropless";
+  else
+    os << llvm::format("%g", capacity);
+  return os.str();
 }
 
 bool ModelSpec::tiedHead() const { return !layers.empty() && !layers.back().tiedTo.empty(); }
@@ -239,6 +262,7 @@ void fillSearchSpace(const ResolvedBlock &block, SearchSpace &space) {
       {"pp", &SearchSpace::pp},
       {"dp", &SearchSpace::dp},
       {"cp", &SearchSpace::cp},
+      {"ep", &SearchSpace::ep},
       {"micro_batch", &SearchSpace::microBatch},
       {"zero", &SearchSpace::zero},
       {"recompute", &SearchSpace::recompute},
@@ -389,6 +413,7 @@ void fillProgram(const ResolvedBlock &modelBlock, const ResolvedBlock &clusterBl
   par.cp = std::max<int64_t>(p.integer("cp"), 1);
   par.dpAuto = p.autoValue("dp") != nullptr;
   par.dp = par.dpAuto ? 0 : p.integer("dp");
+  par.ep = std::max<int64_t>(p.integer("ep"), 1);
   if (const ResolvedField *order = parallelBlock.field("order"); order && !order->value.isAuto())
     par.order = order->value.order;
   par.microBatch = std::max<int64_t>(p.integer("micro_batch"), 1);

@@ -49,7 +49,28 @@ FieldSpec enumeration(llvm::StringRef name, std::vector<llvm::StringRef> words,
 FieldSpec real(llvm::StringRef name, llvm::StringRef def) {
   return {name, FT::Real, false, def, {}, {}};
 }
-FieldSpec flag(llvm::StringRef name) { return {name, FT::Bool, false, "false", {}, {}}; }
+FieldSpec flag(llvm::StringRef name, llvm::StringRef def = "false") {
+  return {name, FT::Bool, false, def, {}, {}};
+}
+FieldSpec natural(llvm::StringRef name, llvm::StringRef def) {
+  return {name, FT::Natural, false, def, {}, {}};
+}
+/// The mixture-of-experts fields: the model's defaults for every transformer layer, and what
+/// `transformer(...)` may override (with no defaults there: an unwritten override inherits).
+std::vector<FieldSpec> moeFields(bool withDefaults) {
+  auto def = [&](llvm::StringRef text) { return withDefaults ? text : llvm::StringRef(); };
+  std::vector<FieldSpec> fields = {
+      natural("experts", def("0")),
+      count("top_k", false, def("2")),
+      count("moe_ffn", false, def("ffn")),
+      natural("shared_experts", def("0")),
+      {"router", FT::Enum, false, def("softmax"), {}, {"softmax"}},
+      flag("normalize_top_k", def("true")),
+      real("aux_loss", def("0.01")),
+      {"capacity", FT::RealOrWord, false, def("dropless"), {}, {"dropless"}},
+  };
+  return fields;
+}
 /// A parallel field the search may choose (`auto`).
 FieldSpec searchable(FieldSpec spec) {
   spec.searchable = true;
@@ -72,8 +93,8 @@ std::vector<llvm::StringRef> gpuKindWords() {
 } // namespace
 
 const BlockSchema &schemaFor(ast::Block::Kind kind) {
-  static const BlockSchema model{
-      "model",
+  static const BlockSchema model = [] {
+    BlockSchema schema{"model",
       {
           enumeration("dtype", kDTypes, ""),
           count("vocab", true),
@@ -99,6 +120,10 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           flag("scale_embedding"),
       },
       {}};
+    for (FieldSpec &f : moeFields(true))
+      schema.fields.push_back(std::move(f));
+    return schema;
+  }();
   // Fields a datasheet can fill are optional here; Sema completes them from `kind` and
   // reports the ones still missing (completeFromDatasheet).
   static const BlockSchema gpu{
@@ -140,6 +165,7 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           searchable(count("pp", false, "1")),
           searchable({"dp", FT::CountOrAuto, false, "auto", {}, {}}),
           searchable(count("cp", false, "1")),
+          searchable(count("ep", false, "1")),
           searchable({"order", FT::Order, false, "tp-cp-ep-dp-pp", {}, {}}),
           searchable(count("micro_batch", false, "1")),
           count("global_batch", true),
@@ -187,15 +213,19 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
 }
 
 const BlockSchema &layerOverrideSchema() {
-  static const BlockSchema overrides{
-      "transformer",
-      {
-          count("heads", false),
-          count("kv_heads", false),
-          count("ffn", false),
-          enumeration("mlp", mlpWords(), "gelu"),
-      },
-      {}};
+  static const BlockSchema overrides = [] {
+    BlockSchema schema{"transformer",
+                       {
+                           count("heads", false),
+                           count("kv_heads", false),
+                           count("ffn", false),
+                           enumeration("mlp", mlpWords(), "gelu"),
+                       },
+                       {}};
+    for (FieldSpec &f : moeFields(false))
+      schema.fields.push_back(std::move(f));
+    return schema;
+  }();
   return overrides;
 }
 

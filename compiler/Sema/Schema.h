@@ -26,6 +26,7 @@ enum class FieldType {
   Schedule,    // gpipe | 1f1b | interleaved(chunks = V)
   CountOrAuto, // integer >= 1, or `auto`
   CountList,   // [a, b, ...] of integers >= 1
+  RealOrWord,  // a number > 0, or one of `words` (capacity = dropless)
 };
 
 struct FieldSpec {

@@ -335,6 +335,38 @@ bool Analyzer::completeFromDatasheet(ResolvedBlock &cluster, const ast::Block &s
   return ok;
 }
 
+namespace {
+/// Sets the mixture-of-experts field `name` of `moe` to `v`; false when `name` is not one.
+bool setMoEField(MoESpec &moe, llvm::StringRef name, const Value &v) {
+  if (name == "experts")
+    moe.experts = v.i;
+  else if (name == "top_k")
+    moe.topK = v.i;
+  else if (name == "moe_ffn")
+    moe.ffn = v.i;
+  else if (name == "shared_experts")
+    moe.sharedExperts = v.i;
+  else if (name == "normalize_top_k")
+    moe.normalizeTopK = v.word == "true";
+  else if (name == "aux_loss")
+    moe.auxLoss = v.asDouble();
+  else if (name == "capacity")
+    moe.capacity = v.kind == Value::Word ? 0 : v.asDouble();
+  else
+    return name == "router"; // softmax, the only router so far
+  return true;
+}
+
+/// The model block's mixture-of-experts fields: every transformer layer's defaults.
+MoESpec modelMoE(const ResolvedBlock &model) {
+  MoESpec moe;
+  for (const FieldSpec &spec : layerOverrideSchema().fields)
+    if (const ResolvedField *f = model.field(spec.name))
+      setMoEField(moe, spec.name, f->value);
+  return moe;
+}
+} // namespace
+
 std::optional<LayerGroup> Analyzer::resolveLayer(const ast::LayerDecl &decl, const Scope &scope,
                                                  const ResolvedBlock &model) {
   LayerGroup g;
@@ -374,13 +406,15 @@ std::optional<LayerGroup> Analyzer::resolveLayer(const ast::LayerDecl &decl, con
   g.ffn = intField("ffn");
   const ResolvedField *mlp = model.field("mlp");
   g.mlp = mlp ? mlpKindOf(mlp->value.word) : MLPKind::GELU;
+  g.moe = modelMoE(model);
   bool kvWritten = false;
   llvm::StringMap<llvm::SMRange> seen;
   for (const ast::Field &o : decl.overrides) {
     const FieldSpec *spec = layerOverrideSchema().field(o.name);
     if (!spec) {
       diags.error(o.nameRange, "'" + o.name + "' cannot be overridden per layer; a transformer "
-                               "layer may override heads, kv_heads, ffn or mlp" +
+                               "layer may override heads, kv_heads, ffn, mlp and the "
+                               "mixture-of-experts fields (experts, top_k, moe_ffn, ...)" +
                                    didYouMean(o.name, layerOverrideSchema().fieldNames()));
       ok = false;
       continue;
@@ -402,9 +436,15 @@ std::optional<LayerGroup> Analyzer::resolveLayer(const ast::LayerDecl &decl, con
       g.kvHeads = v->i, kvWritten = true;
     else if (o.name == "ffn")
       g.ffn = v->i;
-    else
+    else if (o.name == "mlp")
       g.mlp = mlpKindOf(v->word);
+    else
+      setMoEField(g.moe, o.name, *v);
   }
+  // An expert is as wide as the layer's own MLP unless moe_ffn says otherwise.
+  const ResolvedField *moeFfn = model.field("moe_ffn");
+  if (!seen.count("moe_ffn") && seen.count("ffn") && moeFfn && moeFfn->defaulted)
+    g.moe.ffn = g.ffn;
   // Overriding heads without kv_heads keeps plain multi-head attention when the model has it.
   const ResolvedField *kv = model.field("kv_heads");
   if (!kvWritten && seen.count("heads") && kv && kv->defaulted)

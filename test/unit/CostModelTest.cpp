@@ -95,3 +95,17 @@ TEST(GPUModel, MemoryBoundKernelsMoveBytesAtTheCeiling) {
 }
 
 } // namespace
+
+TEST(CommModel, AllToAllInsideAndAcrossNodes) {
+  ClusterSpec cluster = dgxA100(2);
+  CommModel comm(cluster);
+  // Inside one node: 7/8 of the buffer leaves each rank over NVLink (235 GB/s bus).
+  GroupGeometry node = geometryOf(8, 1, false, 8);
+  EXPECT_NEAR(comm.allToAll(GiB, node), 8.4e-6 + 3.4e-6 + 7.0 / 8 * GiB / 235e9, 1e-12);
+  // 16 ranks on two nodes: 7/16 to the node's peers, 8/16 at once over the rank's own
+  // adapter (8 adapters for 8 GPUs, 25 GB/s x 0.9); the slower part bounds it.
+  GroupGeometry both = geometryOf(16, 1, true, 8);
+  double inter = 8.0 / 16 * GiB / (25e9 * 0.9);
+  EXPECT_NEAR(comm.allToAll(GiB, both), 8.4e-6 + 5e-6 + inter, 1e-12);
+  EXPECT_EQ(comm.allToAll(GiB, geometryOf(1, 1, false, 8)), 0);
+}

@@ -240,6 +240,99 @@ TEST(CheckMapping, ReportsEveryViolationAndReturnsNothing) {
   EXPECT_NE(c.diagnostics.find("global_batch = 3"), std::string::npos) << c.diagnostics;
 }
 
+/// Megatron-Core's expert rank generator (parallel_state.py, order tp-cp-ep-dp-pp with cp 1
+/// and expert tp = tp): rank = tp + TP (ep + EP (edp + EDP pp)).
+TEST(RankLayout, ExpertGroupsAreMegatronCoreExpertRanks) {
+  const int64_t TP = 2, EP = 4, EDP = 2, PP = 2;
+  RankLayout layout(TP, PP, EP * EDP, {Axis::TP, Axis::DP, Axis::PP}, 8, 1, EP);
+  auto megatron = [&](int64_t t, int64_t e, int64_t d, int64_t p) {
+    return t + TP * (e + EP * (d + EDP * p));
+  };
+  for (int64_t t = 0; t < TP; ++t)
+    for (int64_t e = 0; e < EP; ++e)
+      for (int64_t d = 0; d < EDP; ++d)
+        for (int64_t p = 0; p < PP; ++p) {
+          int64_t rank = megatron(t, e, d, p);
+          std::vector<int64_t> ep, edp;
+          for (int64_t i = 0; i < EP; ++i)
+            ep.push_back(megatron(t, i, d, p));
+          for (int64_t i = 0; i < EDP; ++i)
+            edp.push_back(megatron(t, e, i, p));
+          EXPECT_EQ(layout.epGroup(rank), ep) << "rank " << rank;
+          EXPECT_EQ(layout.expertDataGroup(rank), edp) << "rank " << rank;
+          EXPECT_EQ(layout.epRankOf(rank), e);
+        }
+}
+
+TEST(RankLayout, ExpertGroupsPartitionTheRanksInEveryOrder) {
+  for (const Order &order : allOrders()) {
+    RankLayout layout(2, 2, 8, order, 8, 1, 4);
+    EXPECT_TRUE(layout.expertGridAligned()) << name(order);
+    expectPartition(layout, &RankLayout::epGroup, 4, "ep " + name(order));
+    expectPartition(layout, &RankLayout::expertDataGroup, 2, "expert_dp " + name(order));
+    for (int64_t r = 0; r < layout.world(); ++r) {
+      // Both are inside the rank's data-parallel group.
+      std::vector<int64_t> dp = layout.dpGroup(r);
+      for (int64_t member : layout.epGroup(r))
+        EXPECT_TRUE(std::count(dp.begin(), dp.end(), member)) << name(order);
+    }
+  }
+}
+
+/// With context parallelism Megatron-Core's expert grid (tp, ep, expert dp = dp x cp / ep,
+/// pp, cp = 1, the same order) carves ep out of dp x cp together: in tp-cp-ep-dp-pp the
+/// dense rank is t + TP (c + CP (d + DP p)) and the expert rank t + TP (e + EP (f + EDP p)).
+TEST(RankLayout, ExpertGroupsCarvedFromDataAndContextParallel) {
+  const int64_t TP = 2, CP = 2, DP = 4, PP = 2;
+  for (int64_t EP : {2, 4, 8}) {
+    const int64_t EDP = DP * CP / EP;
+    RankLayout layout(TP, PP, DP, RankOrder(), 8, CP, EP);
+    ASSERT_TRUE(layout.expertGridAligned()) << "ep " << EP;
+    auto megatron = [&](int64_t t, int64_t e, int64_t f, int64_t p) {
+      return t + TP * (e + EP * (f + EDP * p));
+    };
+    for (int64_t t = 0; t < TP; ++t)
+      for (int64_t e = 0; e < EP; ++e)
+        for (int64_t f = 0; f < EDP; ++f)
+          for (int64_t p = 0; p < PP; ++p) {
+            int64_t rank = megatron(t, e, f, p);
+            std::vector<int64_t> ep, edp;
+            for (int64_t i = 0; i < EP; ++i)
+              ep.push_back(megatron(t, i, f, p));
+            for (int64_t i = 0; i < EDP; ++i)
+              edp.push_back(megatron(t, e, i, p));
+            EXPECT_EQ(layout.epGroup(rank), ep) << "ep " << EP << " rank " << rank;
+            EXPECT_EQ(layout.expertDataGroup(rank), edp) << "ep " << EP << " rank " << rank;
+            EXPECT_EQ(layout.epRankOf(rank), e);
+            // Tensor and pipeline groups are the dense grid's; ep and expert dp lie inside
+            // the rank's dp x cp group.
+            EXPECT_EQ(layout.expertGrid.group(rank, {Axis::TP}), layout.tpGroup(rank));
+            EXPECT_EQ(layout.expertGrid.group(rank, {Axis::PP}), layout.ppGroup(rank));
+            std::vector<int64_t> dpCp = layout.dpCpGroup(rank);
+            for (int64_t member : ep)
+              EXPECT_TRUE(std::count(dpCp.begin(), dpCp.end(), member)) << rank;
+            for (int64_t member : edp)
+              EXPECT_TRUE(std::count(dpCp.begin(), dpCp.end(), member)) << rank;
+          }
+    expectPartition(layout, &RankLayout::epGroup, EP, "ep " + std::to_string(EP));
+    expectPartition(layout, &RankLayout::expertDataGroup, EDP, "edp " + std::to_string(EP));
+  }
+  // cp = 2, dp = 2, ep = 2: the ep group is the cp group, expert dp the dp group.
+  RankLayout small(1, 1, 2, RankOrder(), 8, 2, 2);
+  EXPECT_EQ(small.epGroup(0), small.cpGroup(0));
+  EXPECT_EQ(small.expertDataGroup(1), small.dpGroup(1));
+}
+
+TEST(RankLayout, ExpertGridRefusesPipelineBetweenContextAndData) {
+  // tp-cp-pp-dp: expert ranks t + TP (e + EP (f + EDP p)) would move the pipeline groups.
+  RankOrder split({Axis::TP, Axis::CP, Axis::PP, Axis::DP});
+  EXPECT_FALSE(RankLayout(2, 2, 2, split, 8, 2, 2).expertGridAligned());
+  // Whatever ep: the expert grid folds cp into the expert dp.
+  EXPECT_FALSE(RankLayout(2, 2, 2, split, 8, 2, 1).expertGridAligned());
+  // Without context parallelism the same order carves ep from dp alone and keeps them.
+  EXPECT_TRUE(RankLayout(2, 2, 4, split, 8, 1, 2).expertGridAligned());
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//

@@ -368,3 +368,75 @@ TEST(ZeroPolicy, BucketsAreWholeLayersWithTheEmbeddingAlone) {
   EXPECT_TRUE(zeroPolicy(parallel, 4).gathersWeightsAroundUse());
   EXPECT_FALSE(zeroPolicy(parallel, 4).gathersWeightsAfterStep());
 }
+
+namespace {
+/// Mixtral 8x7B: Mistral 7B's blocks with 8 SwiGLU experts of 14336 columns, 2 per token.
+ModelSpec mixtral() {
+  ModelSpec m = llama70b();
+  m.hidden = 4096;
+  m.heads = 32;
+  LayerGroup &block = m.layers[1];
+  block.count = 32;
+  block.heads = 32;
+  block.kvHeads = m.kvHeads = 8;
+  block.ffn = m.ffn = 14336;
+  block.moe.experts = 8;
+  block.moe.topK = 2;
+  block.moe.ffn = 14336;
+  return m;
+}
+} // namespace
+
+TEST(MemoryModel, MixtralCountsAsHuggingFace) {
+  ModelSpec m = mixtral();
+  // transformers' count of MixtralForCausalLM (scripts/interop/hf_count.py).
+  EXPECT_EQ(totalParams(m, 32000), 46702792704);
+  // Two of the eight experts: 32 x 6 x 4096 x 14336 parameters fewer.
+  EXPECT_EQ(activeParams(m, 32000), 46702792704 - 32 * int64_t(6) * 3 * 4096 * 14336);
+  ParamCount block = blockParams(m, m.layers[1]);
+  EXPECT_EQ(block.expert, 8 * int64_t(3) * 4096 * 14336);
+  EXPECT_EQ(block.replicated, 8 * 4096 + 2 * 4096); // the router and two RMSNorms
+  // ep 4 and tp 2: two whole experts per rank, each halved.
+  EXPECT_EQ(block.expertPerRank(2, 4), 2 * int64_t(3) * 4096 * 14336 / 2);
+  EXPECT_EQ(block.perRank(2, 4), block.densePerRank(2) + block.expertPerRank(2, 4));
+}
+
+TEST(MemoryModel, ExpertRowsBalancedAndDroplessBound) {
+  MoESpec moe;
+  moe.experts = 8;
+  moe.topK = 2;
+  // 4096 tokens: 8192 rows balanced whatever ep; dropless, at ep 8 every token of the 8 ranks
+  // may pick this rank's one expert (once), at ep 2 both of a token's picks may land here.
+  EXPECT_EQ(expertRows(moe, 4096, 8).expected, 8192);
+  EXPECT_EQ(expertRows(moe, 4096, 8).bound, 8 * 4096);
+  EXPECT_EQ(expertRows(moe, 4096, 2).bound, 2 * 4096 * 2);
+  // A capacity factor of 1.25 keeps ceil(1.25 x 4096 x 2 / 8) = 1280 rows per expert.
+  moe.capacity = 1.25;
+  EXPECT_EQ(expertRows(moe, 4096, 8).bound, 8 * 1280);
+}
+
+TEST(MemoryModel, ExpertStatesShardOverExpertDataParallel) {
+  ModelSpec m = gptModel(256, 4, 4, 1024, 64, false);
+  m.layers[1].moe.experts = 8;
+  m.layers[1].moe.topK = 2;
+  m.layers[1].moe.ffn = 512;
+  Program p = program(m, 1, 1, 8);
+  p.parallel.zero = 1;
+  p.parallel.bucketSize = int64_t(1) << 40; // one bucket per family
+  Mapping mapping = evenMapping(p);
+  const StateBytesPerParam perParam = stateBytesPerParam(p);
+  const ParamCount block = blockParams(m, m.layers[1]);
+  const int64_t denseParams = totalParams(m, 1024) - 4 * block.expert;
+  for (int64_t ep : {1, 2, 8}) {
+    mapping.ep = ep;
+    mapping.layout = RankLayout(1, 1, 8, p.parallel.order, p.cluster.gpusPerNode, 1, ep);
+    p.parallel.ep = ep;
+    StageMemory s = estimateMemory(p, mapping).stages[0];
+    const int64_t experts = 4 * block.expert / ep, edp = 8 / ep;
+    EXPECT_EQ(s.expertParamsPerRank, experts) << "ep " << ep;
+    EXPECT_EQ(s.paramsPerRank, denseParams + experts) << "ep " << ep;
+    // Dense states shard over dp 8, the experts' over the dp / ep ranks holding them.
+    double owned = double((denseParams + 7) / 8) + double((experts + edp - 1) / edp);
+    EXPECT_DOUBLE_EQ(s.optimizer, owned * perParam.optimizer) << "ep " << ep;
+  }
+}

@@ -16,7 +16,8 @@
 
 namespace parc {
 
-/// tp splits every layer group's heads, key/value heads (or replicates whole ones) and ffn.
+/// tp splits every layer group's heads, key/value heads (or replicates whole ones), ffn and
+/// expert widths.
 bool tensorParallelSplits(const ModelSpec &model, int64_t tp);
 /// Sequence parallelism needs tp > 1 and the positions a rank holds (seq / cp) a multiple of tp.
 bool sequenceParallelSplits(const ModelSpec &model, int64_t tp, int64_t cp = 1);
@@ -26,6 +27,9 @@ bool sequenceParallelSplits(const ModelSpec &model, int64_t tp, int64_t cp = 1);
 bool contextParallelSplits(const ModelSpec &model, int64_t cp);
 /// Megatron-Core's RankGenerator refuses an order that leaves out an axis larger than 1.
 bool orderNamesAxes(const RankOrder &order, const AxisSizes &sizes);
+/// ep divides dp x cp (`carved`, the ranks it is carved from) and every MoE block's experts
+/// (and is 1 without experts); top_k <= experts.
+bool expertParallelSplits(const ModelSpec &model, int64_t ep, int64_t carved);
 /// The blocks of every virtual stage: an even split, or stage_layers' list; nullopt when the
 /// blocks do not split into pp x chunks stages that way.
 std::optional<StagePartition> partitionBlocks(int64_t blocks, int64_t pp, int64_t chunks,

@@ -18,6 +18,8 @@ namespace parc {
 ///     | model [..] LINK | embedding [..] LINK
 /// and with cp > 1 also " cp C" in the header, " cp=C" in the coordinates and
 /// "| cp [..] LINK | dp_cp [..] LINK" (data parallel with context) before the model group,
+/// and, for a model with mixture-of-experts blocks, `| ep [..] LINK | expert_dp [..] LINK`
+/// (Megatron-Core's expert grid: ep carved from dp x cp),
 /// where LINK is `intra` or `inter`, or `-` for a group of fewer than two ranks, which never
 /// communicates.
 void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostream &os);

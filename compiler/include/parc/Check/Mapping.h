@@ -27,7 +27,7 @@ class RankLayout {
 public:
   RankLayout() = default;
   RankLayout(int64_t tp, int64_t pp, int64_t dp, const RankOrder &order, int64_t gpusPerNode,
-             int64_t cp = 1);
+             int64_t cp = 1, int64_t ep = 1);
 
   int64_t world() const { return grid.world(); }
   int64_t rankOf(Coords c) const;
@@ -45,6 +45,18 @@ public:
   /// Data parallel with context parallel (Megatron's "dp-cp"): the ranks holding one model
   /// shard, over which gradients are reduced and ZeRO shards.
   std::vector<int64_t> dpCpGroup(int64_t rank) const { return group(rank, kGradientAxes); }
+  /// Expert parallelism, from Megatron-Core's expert rank generator (parallel_state.py,
+  /// initialize_model_parallel): a second grid over the same ranks and order with expert
+  /// tensor parallelism = tp, ep, expert dp = dp * cp / ep and cp = 1, so that ep is carved
+  /// out of dp x cp together. The ep group exchanges tokens; the expert-data-parallel group
+  /// holds the same experts and reduces their gradients.
+  std::vector<int64_t> epGroup(int64_t rank) const { return expertGrid.group(rank, {Axis::EP}); }
+  std::vector<int64_t> expertDataGroup(int64_t rank) const {
+    return expertGrid.group(rank, {Axis::DP});
+  }
+  /// This rank's position in its ep group: its experts are [epRank * E / ep, ...).
+  int64_t epRankOf(int64_t rank) const { return expertGrid.coord(rank, Axis::EP); }
+  int64_t ep() const { return expertGrid.size(Axis::EP); }
   /// tp x pp: every rank holding a part of one model replica, in rank order.
   std::vector<int64_t> modelGroup(int64_t rank) const;
   /// First and last stage of the pp group when the head is tied and pp > 1; else empty.
@@ -55,14 +67,23 @@ public:
   /// min(world, gpusPerNode^2) steps when the axes are consecutive digits of the order, so
   /// that a huge cluster does not mean a huge loop; a group of scattered digits costs one step
   /// per group.
-  bool anyGroupCrossesNodes(AxisSet axes) const;
+  bool anyGroupCrossesNodes(AxisSet axes) const { return anyGroupCrossesNodes(grid, axes); }
   bool anyGroupCrossesNodes(Axis axis) const { return anyGroupCrossesNodes(AxisSet{axis}); }
   int64_t sizeOf(Axis axis) const { return grid.size(axis); }
   int64_t sizeOf(AxisSet axes) const { return grid.groupSize(axes); }
+  /// The same for the ep groups, or with `expertData` the expert-data-parallel groups.
+  bool anyExpertGroupCrossesNodes(bool expertData) const {
+    return anyGroupCrossesNodes(expertGrid, expertData ? AxisSet{Axis::DP} : AxisSet{Axis::EP});
+  }
   /// How far apart in rank numbers two neighbours along `axis` are.
   int64_t strideOf(Axis axis) const { return grid.stride(axis); }
-  /// The order as it reads: tp-dp-pp without context parallelism, tp-cp-dp-pp with it.
-  std::string orderText() const { return grid.order().str(grid.axisSizes()); }
+  /// The order as it reads: tp-dp-pp without context or expert parallelism, tp-cp-dp-pp
+  /// with cp, tp-ep-dp-pp with ep (where the order names them).
+  std::string orderText() const {
+    AxisSizes sizes = grid.axisSizes();
+    sizes[indexOf(Axis::EP)] = ep();
+    return grid.order().str(sizes);
+  }
   /// The link a collective over `group` is limited by: inter-node as soon as it spans nodes.
   const LinkSpec &linkOf(const std::vector<int64_t> &group, const ClusterSpec &cluster) const {
     return crossesNodes(group) ? cluster.interNode : cluster.intraNode;
@@ -72,7 +93,15 @@ public:
   static constexpr AxisSet kGradientAxes = {Axis::DP, Axis::CP};
 
   RankGrid grid;
+  /// Megatron-Core's expert grid; its tp and pp groups are the grid's (expertGridAligned).
+  RankGrid expertGrid;
   int64_t gpusPerNode = 1;
+  /// Megatron-Core asserts that the expert grid's pipeline groups are the dense grid's; parc
+  /// also keeps its tensor groups. Both hold unless the order splits dp from cp by tp or pp.
+  bool expertGridAligned() const;
+
+private:
+  bool anyGroupCrossesNodes(const RankGrid &on, AxisSet axes) const;
 };
 
 /// Which transformer blocks each virtual pipeline stage holds. With `chunks` model chunks per
@@ -90,6 +119,8 @@ struct StagePartition {
 
 struct Mapping {
   int64_t tp = 1, pp = 1, dp = 1, cp = 1, chunks = 1;
+  int64_t ep = 1; // expert parallelism, carved from dp x cp
+  int64_t expertDp() const { return dp * cp / ep; }
   int64_t microBatch = 1, globalBatch = 1;
   int64_t microbatches = 1; // M = global_batch / (micro_batch * dp)
   /// Ranks that hold one model shard and each a share of the batch's tokens: dp x cp. The

@@ -40,6 +40,8 @@ GroupGeometry geometryOf(const RankLayout &layout, Axis axis);
 /// The same for the groups over several axes (data parallel with context: dp x cp); exact
 /// for rank 0's group when the axes are not consecutive digits of the order.
 GroupGeometry geometryOf(const RankLayout &layout, AxisSet axes);
+/// The geometry of the ep groups, or with `expertData` of the expert-data-parallel groups.
+GroupGeometry expertGeometry(const RankLayout &layout, bool expertData);
 /// A group of `ranks` ranks laid out `stride` ranks apart.
 GroupGeometry geometryOf(int64_t ranks, int64_t stride, bool crossesNodes, int64_t gpusPerNode);
 
@@ -50,6 +52,10 @@ public:
   double allReduce(double bytes, const GroupGeometry &group) const;
   double allGather(double bytes, const GroupGeometry &group) const;
   double reduceScatter(double bytes, const GroupGeometry &group) const;
+  /// Every rank sends `bytes / ranks` to each member (NCCL's grouped send/recv, as
+  /// Megatron-Core's token dispatcher runs it): the peers on the same node over the
+  /// intra-node link and the others over the rank's share of the node's adapters at once.
+  double allToAll(double bytes, const GroupGeometry &group) const;
   /// One point-to-point message between two ranks, inside a node or across nodes.
   double send(double bytes, bool interNode) const;
 

@@ -21,6 +21,9 @@ namespace parc {
 
 /// Forward FLOPs of one transformer block for one token (matrix multiplies only).
 double blockForwardFlopsPerToken(const ModelSpec &model, const LayerGroup &block);
+/// The MLP weights one token's forward multiplies: the dense MLP's, or a MoE block's router,
+/// top_k experts and shared experts.
+double mlpWeightsPerToken(const ModelSpec &model, const LayerGroup &block);
 /// Forward FLOPs of the attention core (QK^T and the product with V) of one block per token:
 /// what selective recompute runs twice.
 double attentionCoreFlopsPerToken(const ModelSpec &model, const LayerGroup &block);
@@ -44,9 +47,12 @@ struct StepBreakdown {
   double tp = 0, pp = 0, dp = 0; // communication no compute hides (dp: ZeRO, gradients, tied
                                  // embedding, parameter gather)
   double cp = 0;                 // ring attention's exchange its blocks do not hide
+  double ep = 0;                 // the expert-parallel all-to-alls
   double optimizer = 0;
 
-  double total() const { return compute + recompute + bubble + tp + pp + dp + cp + optimizer; }
+  double total() const {
+    return compute + recompute + bubble + tp + pp + dp + cp + ep + optimizer;
+  }
 };
 
 struct CostEstimate {

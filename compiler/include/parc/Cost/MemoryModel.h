@@ -30,16 +30,31 @@ struct ParamCount {
   /// over the tp / kvHeads ranks that read it).
   int64_t keyValue = 0;
   int64_t kvHeads = 1; // of the one block counted; a sum of blocks keeps only the total
+  /// The experts of a mixture-of-experts block: split over the ep ranks (whole experts) and
+  /// each over tp (column- and row-parallel like a dense MLP). Their gradients and optimizer
+  /// state are reduced and ZeRO-sharded over the expert-data-parallel group, not dp.
+  int64_t expert = 0;
+  /// The experts one token passes through: expert * top_k / experts.
+  int64_t activeExpert = 0;
 
-  int64_t total() const { return sharded + replicated + keyValue; }
-  /// What one tensor-parallel rank holds (of one block, or of layers without key/value heads).
-  int64_t perRank(int64_t tp) const {
+  int64_t total() const { return sharded + replicated + keyValue + expert; }
+  /// The parameters one token's forward pass uses (Mixtral's "active parameters").
+  int64_t active() const { return total() - expert + activeExpert; }
+  /// What one tensor-parallel rank holds of the dense layers (of one block, or of layers
+  /// without key/value heads).
+  int64_t densePerRank(int64_t tp) const {
     return sharded / tp + keyValue / std::min(tp, std::max<int64_t>(kvHeads, 1)) + replicated;
+  }
+  int64_t expertPerRank(int64_t tp, int64_t ep) const { return expert / (tp * ep); }
+  int64_t perRank(int64_t tp, int64_t ep = 1) const {
+    return densePerRank(tp) + expertPerRank(tp, ep);
   }
   ParamCount &operator+=(const ParamCount &o) {
     sharded += o.sharded;
     replicated += o.replicated;
     keyValue += o.keyValue;
+    expert += o.expert;
+    activeExpert += o.activeExpert;
     return *this;
   }
 };
@@ -63,14 +78,32 @@ ParamCount headParams(const ModelSpec &model, int64_t paddedVocab);
 ParamCount finalNormParams(const ModelSpec &model);
 /// Every distinct parameter of the model: a tied head shares the embedding's matrix.
 int64_t totalParams(const ModelSpec &model, int64_t paddedVocab);
+/// The parameters one token uses: every dense one, top_k of each MoE block's experts.
+int64_t activeParams(const ModelSpec &model, int64_t paddedVocab);
+
+/// Rows of the expert tokens one rank holds per MoE block and microbatch of `tokens` tokens:
+/// `expected` when the router balances the experts (tokens x top_k, the same whatever ep),
+/// `bound` the most the all-to-all can deliver. Dropless, that is every token of the ep group
+/// on this rank's experts, ep x tokens x min(top_k, experts / ep); a capacity factor c bounds
+/// each expert to ceil(c x tokens x top_k / experts) tokens from each ep rank.
+struct ExpertRows {
+  double expected = 0, bound = 0;
+};
+ExpertRows expertRows(const MoESpec &moe, double tokens, int64_t ep);
 
 /// The parameter units of virtual stage `virtualStage` as one tp rank holds them, in the order
 /// the backward finishes their gradients: the head (its own matrix, or a tied head's copy on a
 /// stage without the embedding), the final norm, the blocks from last to first, the learned
 /// positions and the word embedding. ZeRO groups them into buckets (ZeroPolicy.h); the lowering
 /// checks that its shards add up to the same counts.
+/// A MoE block counts here without its experts, which expertUnits lists.
 std::vector<ParamUnit> virtualStageUnits(const ModelSpec &model, const Mapping &mapping,
                                          int64_t virtualStage);
+/// The experts of every MoE block of the virtual stage as one rank holds them (experts / ep
+/// whole experts, each split over tp), blocks from last to first: ZeRO buckets them apart,
+/// over the expert-data-parallel group.
+std::vector<ParamUnit> expertUnits(const ModelSpec &model, const Mapping &mapping,
+                                   int64_t virtualStage);
 
 /// Bytes one parameter costs before ZeRO sharding.
 struct StateBytesPerParam {
@@ -103,6 +136,17 @@ double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &blo
 double stageActivationBytes(const Program &program, const Mapping &mapping, int64_t stage,
                             const std::vector<int64_t> &inFlight);
 
+/// The part of a MoE block's activations that depends on how many expert rows a rank holds
+/// (`rows`, ExpertRows): the router's outputs for the microbatch's `tokens` and the expert
+/// MLP's per row.
+double expertActivationBytes(const ModelSpec &model, const LayerGroup &block, double tokens,
+                             double rows, int64_t tp);
+/// What the MoE blocks [first, last) keep beyond blockActivationBytes per microbatch when the
+/// router sends a rank as many rows as the all-to-all can deliver (ExpertRows::bound) rather
+/// than its balanced share; 0 under full recompute, which keeps only the blocks' inputs.
+double expertWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
+                            int64_t last);
+
 /// How many forward passes of each model chunk a stage holds at its peak: entry c counts the
 /// in-flight microbatches of chunk c. GPipe keeps all M; 1F1B min(pp - stage, M); interleaved
 /// Megatron's warm-up count plus the one running, walked through the chunks in schedule order.
@@ -114,6 +158,10 @@ struct StageMemory {
   int64_t stage = 0;
   int64_t blocks = 0;        // transformer blocks on the stage, all chunks
   int64_t paramsPerRank = 0; // parameters one rank owns before ZeRO sharding
+  int64_t expertParamsPerRank = 0; // of which experts, sharded by ZeRO over expert dp
+  /// Activations beyond `activations` when routing is as unbalanced as dropless allows:
+  /// every in-flight microbatch's expert tokens at ExpertRows::bound rather than expected.
+  double expertWorstCase = 0;
   int64_t inFlight = 0;      // microbatches whose activations the stage keeps at its peak
   /// Weights, gradients and optimizer state as ZeRO shards them (ZeroPolicy.h); for ZeRO 1 the
   /// whole gradient buckets, which exist from their first write to their reduce-scatter.

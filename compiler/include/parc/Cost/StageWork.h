@@ -26,9 +26,10 @@ struct PassTime {
   double tp = 0;                              // tensor-parallel collectives not hidden
   double zero = 0; // ZeRO-2/3 traffic of the pass not hidden behind its compute
   double cp = 0;   // ring attention's key/value exchange not hidden behind its blocks
+  double ep = 0;   // the expert-parallel all-to-alls (token dispatch and combine)
 
   double compute() const { return gemm + attention + memory; }
-  double total() const { return compute() + tp + zero + cp; }
+  double total() const { return compute() + tp + zero + cp + ep; }
   PassTime &operator+=(const PassTime &o);
   PassTime scaled(double k) const;
 };
@@ -37,6 +38,7 @@ struct VirtualStageWork {
   int64_t firstBlock = 0, lastBlock = 0; // [first, last) transformer blocks
   PassTime forward, backward, recompute;
   double params = 0;        // parameters one rank holds, before ZeRO sharding
+  double expertParams = 0;  // of which experts: synchronised over expert dp, not dp
   double modelFlops = 0;    // one microbatch, one rank: forward + backward, no recompute
   double hardwareFlops = 0; // plus recomputation and the vocab padding
 
@@ -48,6 +50,7 @@ struct VirtualStageWork {
 /// Per step, on every rank of one pipeline stage.
 struct StageWork {
   double params = 0;      // parameters one rank holds, before ZeRO sharding
+  double expertParams = 0; // of which experts
   double gradSync = 0;    // the data-parallel gradient all-reduce or reduce-scatter
   double paramGather = 0; // the all-gather of updated parameters (ZeRO-1 and 2)
   double embeddingSync = 0; // the tied embedding's gradient all-reduce (first and last stage)
@@ -61,6 +64,7 @@ struct WorkTable {
   double messageBytes = 0;    // one pipeline send: a microbatch's activations, 1/tp slice
   double transferSeconds = 0; // its time over the pp group's link; 0 when pp = 1
   GroupGeometry tp, dp, pp, cp; // dp: the gradients' group, dp x cp
+  GroupGeometry ep, expertDp;   // the expert-parallel and expert-data-parallel groups
 
   /// The virtual stages of pipeline stage `s`, one per chunk.
   std::vector<const VirtualStageWork *> chunksOf(int64_t stage) const;

@@ -36,12 +36,14 @@
 namespace parc {
 
 /// A group of parameters ZeRO never splits between buckets.
-enum class ParamUnitKind { WordEmbedding, PositionEmbedding, Block, FinalNorm, Head };
+/// Experts: the experts of one MoE block, bucketed apart from the dense units because they are
+/// sharded over the expert-data-parallel group.
+enum class ParamUnitKind { WordEmbedding, PositionEmbedding, Block, FinalNorm, Head, Experts };
 
 /// One unit of a virtual stage, as one tensor-parallel rank holds it.
 struct ParamUnit {
   ParamUnitKind kind = ParamUnitKind::Block;
-  int64_t block = -1;   // the transformer block, for ParamUnitKind::Block
+  int64_t block = -1;   // the transformer block, for ParamUnitKind::Block and Experts
   int64_t elements = 0; // parameters on one tp rank
 };
 

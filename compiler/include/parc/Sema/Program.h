@@ -66,6 +66,25 @@ const char *toString(GPUKind);
 const char *toString(IntraNodeKind);
 int64_t bytesPerElement(DType);
 
+/// A mixture-of-experts MLP (Shazeer et al. 2017, Mixtral, DeepSeek): a softmax router sends
+/// each token to `topK` of `experts` expert MLPs and sums their outputs, weighted by the
+/// router's probabilities; shared experts see every token. `experts == 0` is a dense MLP.
+struct MoESpec {
+  int64_t experts = 0;
+  int64_t topK = 2;
+  int64_t ffn = 0;           // hidden size of one expert (moe_ffn)
+  int64_t sharedExperts = 0; // their MLP has sharedExperts * ffn columns (DeepSeek)
+  bool normalizeTopK = true; // the top-k weights sum to 1 (Mixtral, Megatron-Core)
+  double auxLoss = 0.01;     // coefficient of the load-balancing loss (Switch Transformer)
+  double capacity = 0;       // capacity factor; 0 is dropless
+
+  bool enabled() const { return experts > 0; }
+  bool dropless() const { return capacity <= 0; }
+  int64_t sharedFfn() const { return sharedExperts * ffn; }
+  /// ", experts = 8, top_k = 2, ..." as a layer override writes them; "" for a dense MLP.
+  std::string fieldsText() const;
+};
+
 /// One `layer` declaration. Transformer groups carry their own (possibly overridden) sizes.
 struct LayerGroup {
   enum Kind { Embedding, Transformer, LMHead } kind = Transformer;
@@ -74,6 +93,7 @@ struct LayerGroup {
   int64_t count = 1;
   int64_t heads = 0, kvHeads = 0, ffn = 0;
   MLPKind mlp = MLPKind::GELU;
+  MoESpec moe;
   std::string tiedTo; // lm_head only: the embedding layer it shares weights with
 };
 
@@ -106,6 +126,8 @@ struct ModelSpec {
   bool tiedHead() const;
   /// The transformer block at global index `i` (0-based) belongs to this group.
   const LayerGroup &blockGroup(int64_t i) const;
+  /// True when some transformer block has a mixture-of-experts MLP.
+  bool hasExperts() const;
 };
 
 struct LinkSpec {
@@ -152,7 +174,7 @@ struct Choices {
 /// The fields a parallel block leaves to the search. `dp = auto` alone is no search: dp is
 /// derived from the world, as Megatron does; `dp = auto(...)` constrains that derivation.
 struct SearchSpace {
-  Choices tp, pp, dp, cp, microBatch, zero, recompute, sequenceParallel, order;
+  Choices tp, pp, dp, cp, ep, microBatch, zero, recompute, sequenceParallel, order;
   Choices schedule; // ScheduleKind codes; interleaved also takes its chunks from `chunks`
   Choices chunks;   // interleaved(chunks = auto ...)
 
@@ -173,6 +195,8 @@ struct ParallelSpec {
   int64_t tp = 1, pp = 1, dp = 1;
   /// Context parallelism: the sequence split over cp ranks (ring attention).
   int64_t cp = 1;
+  /// Expert parallelism: each MoE block's experts split over ep ranks carved from dp x cp.
+  int64_t ep = 1;
   bool dpAuto = false;
   RankOrder order; // as written, fastest-varying first; Megatron-Core's tp-cp-ep-dp-pp default
   int64_t microBatch = 1, globalBatch = 1;
