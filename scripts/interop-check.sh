@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Optional interoperation check, not run by CI (its venv is gigabytes): the tools' own code
 # judges what parc imports and exports.
-#   1. Each examples/hf/*.json imports (Mixtral is refused, for now) with the parameter count
+#   1. Each examples/hf/*.json imports with the parameter count
 #      transformers gives the model it builds on the meta device.
 #   2. DeepSpeed's DeepSpeedConfig accepts each --emit=deepspeed export for the job's
 #      data-parallel size with the job's batch, ZeRO stage and precision, and its WarmupLR

@@ -1,7 +1,7 @@
 //===- HFConfig.cpp - A Hugging Face config.json as a .par model block ---===//
 //
 // One reader per family of transformers architectures: the Llama family (Llama, Mistral,
-// Qwen2, Gemma; Mixtral refused until parc has experts), GPT-2 and GPT-NeoX. Each reads the
+// Qwen2, Gemma, Mixtral), GPT-2 and GPT-NeoX. Each reads the
 // keys of its configuration class with transformers' defaults for the keys a file leaves out,
 // so that the block describes the model transformers would build from the same file.
 //
@@ -26,7 +26,7 @@ constexpr llvm::StringLiteral kFieldOrder[] = {
     "dtype",    "vocab",      "seq",        "hidden",          "heads",         "kv_heads",
     "head_dim", "ffn",        "norm",       "norm_eps",        "mlp",           "gelu_approx",
     "position", "rope_theta", "rotary_fraction", "max_positions", "bias", "residual",
-    "scale_embedding", "dropout"};
+    "scale_embedding", "dropout", "experts", "top_k", "normalize_top_k", "aux_loss"};
 
 //===----------------------------------------------------------------------===//
 // Pieces every family shares
@@ -165,7 +165,7 @@ void acceptCommonKeys(Config &c) {
 }
 
 //===----------------------------------------------------------------------===//
-// The Llama family: Llama, Mistral, Qwen2, Gemma (and Mixtral's refusal)
+// The Llama family: Llama, Mistral, Qwen2, Gemma, Mixtral
 //===----------------------------------------------------------------------===//
 
 /// What every member of the family has: RMSNorm, rotary embeddings, a gated MLP.
@@ -295,12 +295,36 @@ void readGemma(ModelBuilder &b) {
   readTied(b, true);
 }
 
-void refuseMixtral(ModelBuilder &b) {
+/// Mixtral: Mistral's blocks with a sparse MoE MLP of num_local_experts SwiGLU experts as
+/// wide as intermediate_size, num_experts_per_tok of them per token, their softmax weights
+/// renormalised to sum to one (MixtralSparseMoeBlock), no capacity limit, no biases.
+void readMixtral(ModelBuilder &b) {
   Config &c = b.config;
-  int64_t experts = c.count("num_local_experts").value_or(8);
-  c.error(c.get("num_local_experts") ? "num_local_experts" : "architectures",
-          "MixtralForCausalLM is a mixture of experts (num_local_experts = " +
-              std::to_string(experts) + "): parc has no expert layers yet");
+  readLlamaCore(b);
+  readActivation(b, "hidden_act", "silu", true);
+  b.set("bias", "none", "Mixtral has no biases");
+  if (std::optional<int64_t> window = c.count("sliding_window"))
+    limitToWindow(b, "sliding_window", *window);
+  c.accept({"sliding_window"});
+  std::optional<int64_t> experts = c.count("num_local_experts");
+  b.set("experts", experts.value_or(8),
+        experts ? "num_local_experts" : "num_local_experts left out: 8");
+  std::optional<int64_t> topK = c.count("num_experts_per_tok");
+  b.set("top_k", topK.value_or(2), topK ? "num_experts_per_tok" : "num_experts_per_tok left "
+                                                                  "out: 2");
+  b.set("normalize_top_k", "true", "Mixtral renormalises the top-k routing weights");
+  std::optional<double> aux = c.number("router_aux_loss_coef");
+  b.set("aux_loss", formatNumber(aux.value_or(0.001)),
+        aux ? "router_aux_loss_coef" : "router_aux_loss_coef left out: 0.001");
+  // transformers adds the load-balancing loss only when the router's logits are returned.
+  c.accept({"output_router_logits"});
+  if (!c.flag("output_router_logits").value_or(false))
+    b.note("output_router_logits = false: transformers trains without the load-balancing "
+           "loss; parc adds it with the coefficient aux_loss (set aux_loss = 0 to match)");
+  if (std::optional<double> jitter = c.number("router_jitter_noise"); jitter && *jitter != 0)
+    c.error("router_jitter_noise", "'router_jitter_noise' = " + formatNumber(*jitter) +
+                                       ": parc's router has no multiplicative jitter");
+  readTied(b, false);
 }
 
 //===----------------------------------------------------------------------===//
@@ -361,7 +385,7 @@ constexpr Family kFamilies[] = {
     {"GemmaForCausalLM", "gemma", readGemma},
     {"GPT2LMHeadModel", "gpt2", readGPT2},
     {"GPTNeoXForCausalLM", "gpt_neox", readGPTNeoX},
-    {"MixtralForCausalLM", "mixtral", refuseMixtral},
+    {"MixtralForCausalLM", "mixtral", readMixtral},
 };
 
 /// The block's name: the file's stem as an identifier, or the model's when the file is
@@ -415,8 +439,7 @@ llvm::ArrayRef<llvm::StringRef> importableArchitectures() {
   static const std::vector<llvm::StringRef> names = [] {
     std::vector<llvm::StringRef> out;
     for (const Family &f : kFamilies)
-      if (f.read != refuseMixtral)
-        out.push_back(f.architecture);
+      out.push_back(f.architecture);
     return out;
   }();
   return names;

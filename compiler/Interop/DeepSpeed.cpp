@@ -70,6 +70,7 @@ void DeepSpeedExport::checkJob() {
                                     ": Megatron-DeepSpeed has no ring-attention context "
                                     "parallelism (its Ulysses sequence parallelism splits the "
                                     "heads instead); use cp = 1 or --emit=megatron");
+  check.checkExperts();
   if (mapping.pp > 1 && par.zero >= 2)
     check.refuse("parallel.zero", "zero = " + std::to_string(par.zero) +
                                       " with pp = " + std::to_string(mapping.pp) +

@@ -71,6 +71,13 @@ void ExportChecker::checkGradDtype() {
                                  " keeps the main gradients in fp32 or in the model's dtype");
 }
 
+void ExportChecker::checkExperts() {
+  for (const LayerGroup &g : program.model.layers)
+    if (g.kind == LayerGroup::Transformer && g.moe.enabled())
+      refuse(g, "layer '" + g.name + "' is a mixture of experts, which parc does not export to " +
+                    launcher + " yet; its launch file would train a dense model");
+}
+
 std::string cliNumber(double v) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.10g", v);

@@ -30,6 +30,9 @@ public:
   void checkOrder(bool tpPpDpAllowed);
   void checkSchedule(bool interleavedAllowed);
   void checkGradDtype();
+  /// Mixture-of-experts blocks are not exported yet: a launch file without them would train
+  /// a dense model.
+  void checkExperts();
 
 private:
   const Program &program;

@@ -91,6 +91,7 @@ void MegatronExport::checkParallel() {
   check.checkOrder(/*tpPpDpAllowed=*/true);
   check.checkSchedule(/*interleavedAllowed=*/true);
   check.checkGradDtype();
+  check.checkExperts();
   if (par.overlapParamGather && (par.zero == 0 || !par.overlapGradReduce))
     check.refuse("parallel.overlap_param_gather",
                  "overlap_param_gather: Megatron-LM overlaps the parameter all-gather only of a "
