@@ -279,8 +279,9 @@ void checkParams(ReadContext &ctx, const RankPlan &plan) {
                                               "names gradients in op lists; rename it");
     else if (!names.insert(param.name).second)
       ctx.fail(fieldPath(path(), "name"), "parameter '" + param.name + "' is listed twice");
-    if (param.dtype == DType::Int64)
-      ctx.fail(fieldPath(path(), "dtype"), "parameters are floating point; use the model dtype");
+    if (param.dtype != plan.model.dtype)
+      ctx.fail(fieldPath(path(), "dtype"), spelling(param.dtype) + " is not the model dtype, " +
+                                               spelling(plan.model.dtype));
     if (param.shape.empty())
       ctx.fail(fieldPath(path(), "shape"), "a parameter has at least one dimension");
     for (size_t d = 0; d < param.shape.size(); ++d)
@@ -290,6 +291,16 @@ void checkParams(ReadContext &ctx, const RankPlan &plan) {
       ctx.fail(fieldPath(path(), "slice"), "has " + Twine(param.slice.size()) +
                                                " entries but the shape has " +
                                                Twine(param.shape.size()) + " dimensions");
+    if (!ctx.failed() && !elementCount(param.shape))
+      ctx.fail(fieldPath(path(), "shape"), shapeText(param.shape) + " holds more than 2^48 " +
+                                               "elements, the most a tensor may hold");
+    if (!ctx.failed() && param.kind == ShardKind::Vocab &&
+        (param.shape.size() != 2 || param.shape[0] != plan.model.paddedVocab ||
+         param.shape[1] != plan.model.hidden))
+      ctx.fail(fieldPath(path(), "shape"),
+               "a vocab parameter is the table [padded_vocab, hidden] = [" +
+                   Twine(plan.model.paddedVocab) + ", " + Twine(plan.model.hidden) + "], got " +
+                   shapeText(param.shape));
     if (ctx.failed())
       return;
     size_t rank = param.shape.size();

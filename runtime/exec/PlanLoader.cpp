@@ -116,7 +116,13 @@ llvm::Expected<plan::Manifest> loadManifest(llvm::StringRef planDir) {
     return loadError("cannot read plan directory '" + planDir + "': " + reason +
                      "; write one with `parc FILE.par -o " + planDir + "`");
   }
-  return plan::readManifest(joinPath(planDir, plan::ManifestFileName));
+  std::string path = joinPath(planDir, plan::ManifestFileName);
+  llvm::Expected<plan::Manifest> manifest = plan::readManifest(path);
+  if (!manifest)
+    return manifest.takeError();
+  if (llvm::Error error = plan::verifyManifestPlanId(*manifest))
+    return loadError(path + ": " + llvm::toString(std::move(error)));
+  return manifest;
 }
 
 llvm::Expected<plan::RankPlan> loadRankPlan(llvm::StringRef planDir, const plan::Manifest &manifest,
@@ -132,6 +138,9 @@ llvm::Expected<plan::RankPlan> loadRankPlan(llvm::StringRef planDir, const plan:
   if (plan->rank != rank)
     return loadError(path + " holds the plan of rank " + llvm::Twine(plan->rank) +
                      ", not of rank " + llvm::Twine(rank) + "; regenerate the plan directory");
+  // The summaries of every rank are the manifest's, so the ranks agree on the job.
+  if (llvm::Error error = plan::verifyPlanMatchesManifest(manifest, *plan))
+    return loadError(path + ": " + llvm::toString(std::move(error)));
   return plan;
 }
 

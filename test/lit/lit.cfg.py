@@ -14,6 +14,9 @@ config.test_exec_root = os.path.join(config.parc_obj_root, "test", "lit")
 config.environment["PATH"] = os.pathsep.join(
     [config.parc_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
 config.substitutions.append(("%examples", os.path.join(config.parc_src_root, "examples")))
+# `%exit-status CMD`: CMD's output and error, then `exit N` (Inputs/exit-status.py).
+config.substitutions.append(
+    ("%exit-status", "python3 " + os.path.join(config.test_source_root, "Inputs", "exit-status.py")))
 config.substitutions.append(("%spec", os.path.join(config.parc_src_root, "..", "shared", "spec", "examples")))
 
 # GPU-dependent runtime tests: `cuda-backend` when parrun was built with the CUDA kernels (nvcc

@@ -586,12 +586,19 @@ TEST(Plan, PlanSetMustHashToTheManifestId) {
   RankPlan edited = plan;
   edited.train.lr = 1;
   EXPECT_EQ(llvm::toString(verifyPlanSet(manifest, {edited})),
-            "plan set: rank plan rank-00000.json: its \"train\" differs from the manifest's");
+            "plan set: rank plan rank-00000.json: field \"train.lr\": 1 differs from the "
+            "manifest's 0.001; every rank plan carries the manifest's job: regenerate the plan "
+            "directory");
+  edited = plan;
+  edited.coords.dp = 1;
+  EXPECT_EQ(llvm::toString(verifyPlanMatchesManifest(manifest, edited)),
+            "rank plan: field \"coords.dp\": 1 differs from the manifest's 0; every rank plan "
+            "carries the manifest's job: regenerate the plan directory");
   edited = plan;
   edited.planId = "0123";
   EXPECT_EQ(llvm::toString(verifyPlanSet(manifest, {edited})),
-            "plan set: rank plan rank-00000.json: plan_id \"0123\" differs from the manifest's "
-            "\"" +
+            "plan set: rank plan rank-00000.json: field \"plan_id\": \"0123\" differs from the "
+            "manifest's \"" +
                 manifest.planId + "\"; the files come from different compilations");
   EXPECT_EQ(llvm::toString(verifyPlanSet(manifest, {})),
             "plan set: the manifest describes 1 ranks but 0 rank plans were given");

@@ -38,6 +38,12 @@ llvm::Error verifyManifest(const Manifest &manifest);
 /// plan_id is computeJobPlanId of its job, and every plan carries that id, the same summaries
 /// and the placement of its manifest entry.
 llvm::Error verifyPlanSet(const Manifest &manifest, llvm::ArrayRef<RankPlan> plans);
+/// The two halves of verifyPlanSet, for a runtime that reads one plan per process: the
+/// manifest's plan_id is that of its job; `plan` carries the manifest's plan_id, world,
+/// summaries and the placement of its entry, bit for bit ("rank plan: field "train.seed":
+/// 99 differs from the manifest's 1234; ...").
+llvm::Error verifyManifestPlanId(const Manifest &manifest);
+llvm::Error verifyPlanMatchesManifest(const Manifest &manifest, const RankPlan &plan);
 
 /// Pretty-printed JSON (indent 2, keys sorted) with a trailing newline. Errors name the path.
 llvm::Error writeRankPlan(llvm::StringRef path, const RankPlan &plan);
