@@ -7,6 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "parc/Support/FileInput.h"
+#include "parc/Support/Limits.h"
 #include "parc/Plan/JSONReader.h"
 #include "parc/Plan/PlanJSON.h"
 
@@ -365,11 +367,11 @@ Expected<json::Value> parseText(StringRef text, StringRef document) {
 }
 
 template <typename T> Expected<T> readFile(StringRef path, Expected<T> (*parse)(StringRef)) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
-      llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  Expected<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+      readRegularFile(path, limits::MaxPlanFileBytes);
   if (!buffer)
-    return llvm::createStringError(buffer.getError(), "%s: cannot read: %s", path.str().c_str(),
-                                   buffer.getError().message().c_str());
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s: cannot read: %s",
+                                   path.str().c_str(), llvm::toString(buffer.takeError()).c_str());
   Expected<T> result = parse((*buffer)->getBuffer());
   if (!result)
     return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s: %s", path.str().c_str(),

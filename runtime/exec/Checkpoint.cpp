@@ -5,6 +5,7 @@
 #include "Devices.h"
 #include "parc/Plan/JSONReader.h"
 #include "parc/Runtime/Executor.h"
+#include "parc/Support/FileInput.h"
 #include "parc/Support/FileOutput.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -16,6 +17,7 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -247,10 +249,10 @@ private:
 };
 
 std::unique_ptr<llvm::MemoryBuffer> readFile(const std::string &path) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
-      llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> file = readRegularFile(
+      path, std::numeric_limits<int64_t>::max(), /*RequiresNullTerminator=*/false);
   if (!file)
-    throw std::runtime_error("cannot read " + path + ": " + file.getError().message());
+    throw std::runtime_error("cannot read " + path + ": " + llvm::toString(file.takeError()));
   return std::move(*file);
 }
 
