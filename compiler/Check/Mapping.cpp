@@ -92,13 +92,21 @@ std::vector<int64_t> RankLayout::modelGroup(int64_t rank) const {
 std::vector<int64_t> RankLayout::embeddingGroup(int64_t rank, bool tiedHead) const {
   if (!tiedHead || pp == 1)
     return {};
-  std::vector<int64_t> stages = ppGroup(rank);
-  return {stages.front(), stages.back()};
+  Coords c = coordsOf(rank);
+  c.pp = 0;
+  int64_t first = rankOf(c);
+  c.pp = pp - 1;
+  return {first, rankOf(c)};
 }
 
 bool RankLayout::crossesNodes(const std::vector<int64_t> &group) const {
-  return std::any_of(group.begin(), group.end(),
-                     [&](int64_t r) { return nodeOf(r) != nodeOf(group.front()); });
+  // Every group is in ascending rank order and nodes are ranges of ranks.
+  return !group.empty() && nodeOf(group.front()) != nodeOf(group.back());
+}
+
+int64_t RankLayout::coordOf(int64_t rank, Axis axis) const {
+  Coords c = coordsOf(rank);
+  return coord(c, axis);
 }
 
 int64_t RankLayout::strideOf(Axis axis) const {

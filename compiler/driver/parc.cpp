@@ -22,6 +22,7 @@
 #include "parc/Plan/PlanJSON.h"
 #include "parc/Search/SearchReport.h"
 #include "parc/Sema/Sema.h"
+#include "parc/Support/Limits.h"
 #include "parc/Support/Units.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -214,6 +215,17 @@ int exportJob(const Program &program, const Mapping &mapping, DiagnosticEngine &
 
 /// `--emit=trace` and `--emit=svg`: the simulated step, to -o FILE or stdout.
 int emitStep(const Program &program, const Mapping &mapping, DiagnosticEngine &diags) {
+  // Each factor is bounded by the limits the checks enforced, so the product fits 64 bits.
+  int64_t passes = 2 * mapping.pp * mapping.chunks * mapping.microbatches;
+  if (passes > limits::MaxTimelinePasses) {
+    diags.error(program.rangeOf("parallel.global_batch", program.parallel.headerRange),
+                "--emit=" + std::string(emitKind == EmitKind::Trace ? "trace" : "svg") +
+                    " draws every forward and backward pass of the step, here 2 x pp x chunks x "
+                    "M = " +
+                    llvm::Twine(passes) + ", more than the limit of " +
+                    llvm::Twine(limits::MaxTimelinePasses));
+    return diags.exitCode();
+  }
   llvm::Expected<StepTimeline> timeline = simulateStep(program, mapping);
   if (!timeline) {
     diags.error(llvm::SMLoc(), llvm::toString(timeline.takeError()));

@@ -12,6 +12,7 @@
 #include "PlanVerifierInternal.h"
 #include "parc/Plan/PlanJSON.h"
 #include "parc/Support/CheckedInt.h"
+#include "parc/Support/Limits.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 using llvm::Twine;
 
@@ -43,6 +45,12 @@ std::string coordsText(const Coords &c) {
 void atLeast(ReadContext &ctx, llvm::StringRef path, int64_t value, int64_t min) {
   if (value < min)
     ctx.fail(path, "must be at least " + Twine(min) + ", got " + Twine(value));
+}
+
+/// A size of the job no larger than the compiler's limit for it (parc/Support/Limits.h).
+void atMost(ReadContext &ctx, llvm::StringRef path, int64_t value, int64_t max) {
+  if (value > max)
+    ctx.fail(path, Twine(value) + " is more than the limit of " + Twine(max));
 }
 
 void inRange(ReadContext &ctx, llvm::StringRef path, int64_t value, int64_t end,
@@ -72,6 +80,16 @@ void checkModel(ReadContext &ctx, const std::string &path, const ModelSummary &m
                             {"ffn", m.ffn},
                             {"layers", m.layers}})
     atLeast(ctx, fieldPath(path, key), value, 1);
+  for (auto [key, value, max] : {std::tuple{"vocab", m.vocab, limits::MaxVocab},
+                                 {"padded_vocab", m.paddedVocab, limits::MaxVocab + 128 * limits::MaxWorld},
+                                 {"seq", m.seq, limits::MaxSeq},
+                                 {"hidden", m.hidden, limits::MaxHidden},
+                                 {"heads", m.heads, limits::MaxHeads},
+                                 {"kv_heads", m.kvHeads, limits::MaxHeads},
+                                 {"head_dim", m.headDim, limits::MaxHidden},
+                                 {"ffn", m.ffn, limits::MaxFFN},
+                                 {"layers", m.layers, limits::MaxBlocks}})
+    atMost(ctx, fieldPath(path, key), value, max);
   if (ctx.failed())
     return;
   if (m.heads % m.kvHeads != 0)
@@ -161,6 +179,15 @@ bool checkJob(ReadContext &ctx, int64_t world, const ModelSummary &model,
                             {"parallel.micro_batch", p.microBatch},
                             {"parallel.microbatches", p.microbatches}})
     atLeast(ctx, key, value, 1);
+  for (auto [key, value, max] : {std::tuple{"world", world, limits::MaxWorld},
+                                 {"cluster.nodes", cluster.nodes, limits::MaxNodes},
+                                 {"cluster.gpus_per_node", cluster.gpusPerNode,
+                                  limits::MaxGpusPerNode},
+                                 {"parallel.chunks", p.chunks, limits::MaxBlocks},
+                                 {"parallel.micro_batch", p.microBatch, limits::MaxMicroBatch},
+                                 {"parallel.microbatches", p.microbatches,
+                                  limits::MaxMicrobatches}})
+    atMost(ctx, key, value, max);
   if (ctx.failed())
     return false;
   std::optional<int64_t> gpus = checkedMul(cluster.nodes, cluster.gpusPerNode);
@@ -373,11 +400,22 @@ void checkChunkLayout(ReadContext &ctx, const RankPlan &plan) {
   }
 }
 
+/// Ops and instructions within MaxPlanEntries, before any check walks them.
+bool checkPlanSize(ReadContext &ctx, const RankPlan &plan) {
+  int64_t entries = int64_t(plan.schedule.size());
+  for (const Chunk &chunk : plan.chunks)
+    entries += int64_t(chunk.forward.size() + chunk.backward.size());
+  if (entries <= limits::MaxPlanEntries)
+    return true;
+  return ctx.fail("", "holds " + Twine(entries) + " ops and instructions, more than the limit " +
+                          "of " + Twine(limits::MaxPlanEntries) + " per rank plan");
+}
+
 } // namespace
 
 llvm::Error verifyRankPlan(const RankPlan &plan) {
   ReadContext ctx("rank plan");
-  if (checkPlanId(ctx, plan.planId) &&
+  if (checkPlanId(ctx, plan.planId) && checkPlanSize(ctx, plan) &&
       checkJob(ctx, plan.world, plan.model, plan.cluster, plan.parallel, plan.train) &&
       checkPlacement(ctx, "", plan.rank, plan.node, plan.localRank, plan.coords, plan.world,
                      plan.cluster, plan.parallel)) {
