@@ -22,6 +22,7 @@
 #include "parc/Plan/PlanJSON.h"
 #include "parc/Search/SearchReport.h"
 #include "parc/Sema/Sema.h"
+#include "parc/Support/FileOutput.h"
 #include "parc/Support/Limits.h"
 #include "parc/Support/Units.h"
 
@@ -326,10 +327,7 @@ int compareMappings(std::vector<Program> &programs, DiagnosticEngine &diags) {
   return diags.exitCode();
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
+int compile(int argc, char **argv) {
   cl::HideUnrelatedOptions(parcCategory);
   cl::SetVersionPrinter(printVersion);
   if (!cl::ParseCommandLineOptions(argc, argv, "parc: plan 3D-parallel transformer training\n",
@@ -415,4 +413,13 @@ int main(int argc, char **argv) {
     llvm::outs() << "plans    " << mapping->layout.world() << " rank plans and manifest.json in "
                  << outputPath << " (plan id " << *planId << ")\n";
   return diags.exitCode();
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  int status = compile(argc, argv);
+  // An output that did not reach standard output is an I/O error, whatever else happened.
+  return finishStandardOutput("parc") ? status : ExitUsageOrIO;
 }

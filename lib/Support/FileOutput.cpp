@@ -22,4 +22,15 @@ llvm::Error writeFile(llvm::StringRef path, llvm::function_ref<void(llvm::raw_os
   return llvm::Error::success();
 }
 
+bool finishStandardOutput(llvm::StringRef tool) {
+  llvm::raw_fd_ostream &out = llvm::outs();
+  out.flush();
+  if (!out.has_error())
+    return true;
+  std::error_code error = out.error();
+  out.clear_error();
+  llvm::errs() << tool << ": error: cannot write standard output: " << error.message() << "\n";
+  return false;
+}
+
 } // namespace parc

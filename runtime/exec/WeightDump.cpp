@@ -258,7 +258,7 @@ void dumpWeights(Communicator &comm, ParamStore<D> &params, const plan::RankPlan
     file << "\n";
   });
   if (written)
-    throw std::runtime_error("cannot write --dump-weights file '" + path.str() +
+    throw WriteError("cannot write --dump-weights file '" + path.str() +
                              "': " + llvm::errorToErrorCode(std::move(written)).message());
 }
 

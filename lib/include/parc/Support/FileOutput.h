@@ -21,6 +21,12 @@ namespace parc {
 llvm::Error writeFile(llvm::StringRef path, llvm::function_ref<void(llvm::raw_ostream &)> write,
                       llvm::sys::fs::OpenFlags flags = llvm::sys::fs::OF_None);
 
+/// Flushes llvm::outs() and reports the write error it kept (`parc >/dev/full`), as
+/// "TOOL: error: cannot write standard output: No space left on device" on llvm::errs(), then
+/// clears it so that LLVM does not end the process with its own fatal error. Returns whether
+/// everything written to standard output reached it. Called once, at the end of main.
+bool finishStandardOutput(llvm::StringRef tool);
+
 } // namespace parc
 
 #endif
