@@ -34,6 +34,7 @@
 #include "llvm/Support/WithColor.h"
 
 #include <chrono>
+#include <csignal>
 
 using namespace parc;
 namespace cl = llvm::cl;
@@ -419,6 +420,9 @@ int compile(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported like a full disk,
+  // instead of ending the process by SIGXFSZ with its outputs half-written.
+  std::signal(SIGXFSZ, SIG_IGN);
   int status = compile(argc, argv);
   // An output that did not reach standard output is an I/O error, whatever else happened.
   return finishStandardOutput("parc") ? status : ExitUsageOrIO;

@@ -25,6 +25,7 @@
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <csignal>
 #include <cstdlib>
 
 using namespace llvm;
@@ -232,6 +233,9 @@ int run(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported like a full disk,
+  // instead of ending the process by SIGXFSZ with its outputs half-written.
+  std::signal(SIGXFSZ, SIG_IGN);
   int status = run(argc, argv);
   // Step lines that did not reach standard output are a failed write (exit 2).
   return parc::finishStandardOutput("parrun") ? status : parc::runtime::ExitWriteFailed;
