@@ -340,9 +340,6 @@ void ChunkFlow::checkOutputRoles(const Op &op, llvm::function_ref<std::string()>
     } else if (role == 'g' && paramGrad) {
       ctx.fail(operand(), "'" + name + "' is a parameter gradient, where '" + spelling(op.kind) +
                               "' computes the gradient of an activation");
-    } else if (role == 'P' && !paramGrad) {
-      ctx.fail(operand(), "'" + name + "' is not the gradient of a parameter, where '" +
-                              spelling(op.kind) + "' computes a weight's gradient");
     } else if (llvm::isDigit(role)) {
       // A parameter's gradient may also go to a tensor that a later op sums into it.
       const std::string &of = op.inputs[size_t(role - '0')];

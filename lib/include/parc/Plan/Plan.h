@@ -240,8 +240,9 @@ struct AttrSpec {
 ///            'i' token ids (int64), 'g' a gradient, 'u' a value or a gradient, all of the
 ///            op's 'u' inputs alike (a forward op in a backward list may combine gradients);
 ///   outputs: 'v' a value, 'u' the role of the 'u' inputs (a gradient may be a parameter's),
-///            'g' a gradient that is no parameter's, 'P' a parameter's gradient, a digit j
-///            the gradient of input j: that parameter's gradient when input j is one.
+///            'g' a gradient that is no parameter's, 'P' a weight's gradient (a parameter's,
+///            or a tensor a later op sums into one), a digit j the gradient of input j (when
+///            input j is a parameter, its gradient or such a tensor, never another's).
 struct OpInfo {
   static constexpr int AtLeastTwo = -2;
   int inputs = 1, outputs = 1;
