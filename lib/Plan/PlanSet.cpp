@@ -84,6 +84,23 @@ const json::Value *lookup(const json::Value &root, StringRef path) {
   return value;
 }
 
+/// What a rank plan shares with its manifest (the job and the rank's placement), as the JSON
+/// of a plan that holds nothing else.
+json::Value sharedFields(int64_t world, const RankEntry &placement, const ModelSummary &model,
+                         const ClusterSummary &cluster, const ParallelSummary &parallel,
+                         const TrainSettings &train) {
+  RankPlan plan;
+  plan.world = world;
+  plan.node = placement.node;
+  plan.localRank = placement.localRank;
+  plan.coords = placement.coords;
+  plan.model = model;
+  plan.cluster = cluster;
+  plan.parallel = parallel;
+  plan.train = train;
+  return toJSON(plan);
+}
+
 } // namespace
 
 std::string canonicalText(const Manifest &manifest) {
@@ -131,26 +148,13 @@ llvm::Error verifyPlanMatchesManifest(const Manifest &manifest, const RankPlan &
     return ctx.takeError();
   }
   const RankEntry &entry = manifest.ranks[size_t(plan.rank)];
-  RankPlan expected;
-  expected.world = manifest.world;
-  expected.node = entry.node;
-  expected.localRank = entry.localRank;
-  expected.coords = entry.coords;
-  expected.model = manifest.model;
-  expected.cluster = manifest.cluster;
-  expected.parallel = manifest.parallel;
-  expected.train = manifest.train;
-  RankPlan actual;
-  actual.world = plan.world;
-  actual.node = plan.node;
-  actual.localRank = plan.localRank;
-  actual.coords = plan.coords;
-  actual.model = plan.model;
-  actual.cluster = plan.cluster;
-  actual.parallel = plan.parallel;
-  actual.train = plan.train;
   // Only these fields are compared, so only they are converted to JSON.
-  json::Value expectedJSON = toJSON(expected), actualJSON = toJSON(actual);
+  json::Value expectedJSON =
+      sharedFields(manifest.world, {plan.rank, entry.node, entry.localRank, entry.coords, ""},
+                   manifest.model, manifest.cluster, manifest.parallel, manifest.train);
+  json::Value actualJSON =
+      sharedFields(plan.world, {plan.rank, plan.node, plan.localRank, plan.coords, ""},
+                   plan.model, plan.cluster, plan.parallel, plan.train);
   for (StringRef key : {"world", "node", "local_rank", "coords", "model", "cluster", "parallel",
                         "train"}) {
     const json::Value &a = *actualJSON.getAsObject()->get(key);
