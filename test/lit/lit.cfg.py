@@ -10,6 +10,11 @@ config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.parc_obj_root, "test", "lit")
 
+# A sanitizer build's settings (scripts/sanitize.sh) reach the tools under test.
+for name in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"):
+    if name in os.environ:
+        config.environment[name] = os.environ[name]
+
 # Tools under test first, then FileCheck and `not` from LLVM.
 config.environment["PATH"] = os.pathsep.join(
     [config.parc_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
