@@ -140,7 +140,7 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           quantity("flops_fp32", Dimension::flopRate(), false),
           quantity("flops_tf32", Dimension::flopRate(), false),
           quantity("memory_bandwidth", Dimension::bandwidth(), false),
-          count("sms", false),
+          count("sms", false, "", limits::MaxGpuSMs),
           {"reserve", FT::Quantity, false, "1 GiB", Dimension::size(), {}, 0, /*allowZero=*/true},
       },
       {}};
@@ -155,7 +155,7 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
                                      {
                                          quantity("bandwidth", Dimension::bandwidth(), true),
                                          quantity("latency", Dimension::time(), true),
-                                         count("nics", false),
+                                         count("nics", false, "", limits::MaxGpusPerNode),
                                      },
                                      {}};
   static const BlockSchema cluster{"cluster",

@@ -39,7 +39,8 @@ inline constexpr int64_t MaxBlocks = 4096;
 
 /// Cluster and mapping.
 inline constexpr int64_t MaxNodes = int64_t(1) << 17;       // 131,072
-inline constexpr int64_t MaxGpusPerNode = int64_t(1) << 12; // 4,096
+inline constexpr int64_t MaxGpusPerNode = int64_t(1) << 12; // 4,096, and network adapters
+inline constexpr int64_t MaxGpuSMs = int64_t(1) << 12;      // 4,096 streaming multiprocessors
 /// Ranks of a job, tp x pp x dp.
 inline constexpr int64_t MaxWorld = int64_t(1) << 17; // 131,072
 /// Sequences per microbatch, and their tokens (micro_batch x seq).
