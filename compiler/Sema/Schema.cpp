@@ -112,14 +112,14 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           enumeration("attention", {"flash", "standard"}, "flash"),
           real("dropout", "0"),
           // What a Hugging Face config can say beyond the above (docs/interop.md).
-          count("head_dim", false),
+          count("head_dim", false, "", limits::MaxHeadDim),
           optionalEnum("bias", {"all", "qkv", "none"}),
           enumeration("gelu_approx", {"none", "tanh"}, "none"),
           enumeration("residual", {"sequential", "parallel"}, "sequential"),
           real("norm_eps", "1e-5"),
           real("rope_theta", "10000"),
           real("rotary_fraction", "1"),
-          count("max_positions", false, "seq"),
+          count("max_positions", false, "seq", limits::MaxSeq),
           flag("scale_embedding"),
       },
       {}};
@@ -180,7 +180,7 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           flag("overlap_grad_reduce"),
           flag("overlap_param_gather"),
           flag("tp_comm_overlap"),
-          count("bucket_size", false, "40000000"),
+          count("bucket_size", false, "40000000", limits::MaxBucketSize),
       },
       {}};
   static const BlockSchema train{

@@ -4,7 +4,8 @@
 // parc or parrun run without bound or overflow a size. Each limit is far above any real job
 // (GPT-3 175B has 96 blocks, 50k vocab, seq 2048; the largest trainings use ~16k-100k GPUs)
 // and low enough that every product the memory and cost models form of them stays well inside
-// 64 bits: parameters per block <= 4 h^2 + 3 h f < 2^40, times MaxBlocks < 2^52; the vocab
+// 64 bits: parameters per block <= 4 h^2 + 3 h f < 2^40 (2^46 with an imported head_dim,
+// whose attention may be heads x head_dim = 2^24 wide), times MaxBlocks < 2^58; the vocab
 // table MaxVocab x MaxHidden = 2^40; a microbatch's logits MaxMicrobatchTokens x MaxVocab =
 // 2^46 elements. docs/language.md (Limits) lists them; the compiler reports each as a located
 // error, the plan verifier refuses plans beyond them.
@@ -30,6 +31,7 @@ inline constexpr int64_t MaxSeq = int64_t(1) << 20;    // 1,048,576 positions
 inline constexpr int64_t MaxHidden = int64_t(1) << 18; // 262,144
 inline constexpr int64_t MaxFFN = int64_t(1) << 20;    // 1,048,576
 inline constexpr int64_t MaxHeads = int64_t(1) << 14;  // 16,384 (kv_heads too)
+inline constexpr int64_t MaxHeadDim = int64_t(1) << 10; // 1,024 (an imported head_dim)
 /// Experts of a mixture-of-experts layer (and its top_k), and its shared experts: with them a
 /// block holds at most (1024 + 64) x 3 x hidden x moe_ffn < 2^50 parameters.
 inline constexpr int64_t MaxExperts = int64_t(1) << 10;
@@ -50,12 +52,18 @@ inline constexpr int64_t MaxMicrobatchTokens = int64_t(1) << 24;
 inline constexpr int64_t MaxMicrobatches = 8192;
 /// Sequences per step.
 inline constexpr int64_t MaxGlobalBatch = int64_t(1) << 30;
+/// Parameters per ZeRO bucket: more than any model within these limits holds, so one bucket
+/// may take a whole stage.
+inline constexpr int64_t MaxBucketSize = int64_t(1) << 60;
 
 /// Ops of the op lists plus instructions of the schedule in one rank plan.
 inline constexpr int64_t MaxPlanEntries = int64_t(1) << 20;
 /// Forward and backward passes of all stages (2 x pp x chunks x M) that --emit=trace and
 /// --emit=svg simulate and draw.
 inline constexpr int64_t MaxTimelinePasses = int64_t(1) << 20;
+/// Arrays and objects nested in a JSON file parc or parrun reads (a plan, a manifest, a
+/// Hugging Face config): deeper than any of them is written.
+inline constexpr int64_t MaxJSONDepth = 64;
 /// Bytes of one rank plan or manifest file parrun reads.
 inline constexpr int64_t MaxPlanFileBytes = int64_t(1) << 30;
 
