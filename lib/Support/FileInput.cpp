@@ -66,4 +66,26 @@ readRegularFile(llvm::StringRef path, int64_t maxBytes, bool requiresNullTermina
   return std::move(*buffer);
 }
 
+size_t jsonTooDeepAt(llvm::StringRef text, unsigned limit) {
+  unsigned depth = 0;
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (inString) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit)
+        return i;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return llvm::StringRef::npos;
+}
+
 } // namespace parc

@@ -10,12 +10,13 @@
 #include "Devices.h"
 #include "parc/Plan/JSONReader.h"
 #include "parc/Support/FileInput.h"
+#include "parc/Support/Limits.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <cmath>
-#include <limits>
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 
@@ -82,6 +83,8 @@ public:
   }
   /// The JSON value of `text`, or a thrown complaint.
   llvm::json::Value parse(llvm::StringRef text) const {
+    if (jsonTooDeepAt(text, unsigned(limits::MaxJSONDepth)) != llvm::StringRef::npos)
+      fail("not JSON: nested deeper than " + std::to_string(limits::MaxJSONDepth) + " levels");
     llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
     if (!parsed)
       fail("not JSON: " + llvm::toString(parsed.takeError()));
@@ -93,9 +96,11 @@ private:
   plan::detail::ReadContext ctx;
 };
 
-std::unique_ptr<llvm::MemoryBuffer> readFile(const std::string &path) {
-  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> file = readRegularFile(
-      path, std::numeric_limits<int64_t>::max(), /*RequiresNullTerminator=*/false);
+/// `path`, refused beyond `maxBytes`: the manifest is as small as a plan, a rank file as
+/// large as the manifest records.
+std::unique_ptr<llvm::MemoryBuffer> readFile(const std::string &path, int64_t maxBytes) {
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> file =
+      readRegularFile(path, maxBytes, /*RequiresNullTerminator=*/false);
   if (!file)
     throw std::runtime_error("cannot read " + path + ": " + llvm::toString(file.takeError()));
   return std::move(*file);
@@ -111,7 +116,7 @@ CheckpointState readManifest(const plan::RankPlan &plan, const CheckpointRun &ru
     throw std::runtime_error(path + " is missing, and " + old +
                              " holds the checkpoint before an interrupted save: resume from " +
                              old);
-  std::unique_ptr<llvm::MemoryBuffer> file = readFile(path);
+  std::unique_ptr<llvm::MemoryBuffer> file = readFile(path, limits::MaxPlanFileBytes);
   DocumentReader doc(path, "checkpoint manifest");
   llvm::json::Value parsed = doc.parse(file->getBuffer());
   ObjectReader manifest = doc.object(parsed);
@@ -180,7 +185,7 @@ void readRankFile(ParamStore<D> &params, const plan::RankPlan &plan, const std::
                   const FileDigest &recorded) {
   using T = typename D::Value;
   using OptState = typename D::OptState;
-  std::unique_ptr<llvm::MemoryBuffer> file = readFile(path);
+  std::unique_ptr<llvm::MemoryBuffer> file = readFile(path, std::max<int64_t>(recorded.bytes, 0));
   llvm::StringRef bytes = file->getBuffer();
   // Before any byte is believed: a flipped byte in a section would load silently.
   if (int64_t(bytes.size()) != recorded.bytes)

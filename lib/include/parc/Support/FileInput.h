@@ -24,6 +24,11 @@ namespace parc {
 llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>
 readRegularFile(llvm::StringRef path, int64_t maxBytes, bool requiresNullTerminator = true);
 
+/// Where JSON text first nests deeper than `limit` arrays and objects (outside strings), or
+/// npos. Checked before llvm::json::parse, whose recursion would let a hostile file exhaust
+/// the stack.
+size_t jsonTooDeepAt(llvm::StringRef text, unsigned limit);
+
 } // namespace parc
 
 #endif
