@@ -352,11 +352,17 @@ void checkParams(ReadContext &ctx, const RankPlan &plan) {
         !(param.init.std > 0 && std::isfinite(param.init.std)))
       ctx.fail(fieldPath(path(), "init.std"),
                "must be positive, got " + numberText(param.init.std));
-    if (param.init.kind == InitKind::Normal &&
-        (param.init.rows < 0 || (!param.shape.empty() && param.init.rows > param.shape[0])))
+    // Only the vocabulary's padding starts at zero: rows other than the model's vocabulary
+    // would train another model with exit 0.
+    bool padded = param.kind == ShardKind::Vocab && plan.model.vocab < plan.model.paddedVocab;
+    int64_t rows = padded ? plan.model.vocab : 0;
+    if (param.init.kind == InitKind::Normal && param.init.rows != rows)
       ctx.fail(fieldPath(path(), "init.rows"),
-               "must be between 0 (all) and the " + Twine(param.shape.empty() ? 0 : param.shape[0]) +
-                   " rows of dim 0, got " + Twine(param.init.rows));
+               padded ? "expected " + Twine(rows) + ", the model's vocabulary (model.vocab) within " +
+                            "the padded " + Twine(plan.model.paddedVocab) + ", got " +
+                            Twine(param.init.rows)
+                      : "expected 0 (every row drawn): only a padded vocabulary table starts " +
+                            Twine("rows at zero, got ") + Twine(param.init.rows));
   }
 }
 
