@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Fuzz the front end (parse + check) and the plan reader + verifier with libFuzzer.
+# Fuzz the front end (parse + check), the plan reader + verifier and the Hugging Face import
+# (--import-hf) with libFuzzer.
 #
 #   scripts/fuzz.sh [SECONDS] [-- LIBFUZZER-ARGS...]
 #       builds build-fuzz/ with clang 14 (configured on first use), seeds the corpora and runs
 #       each target for SECONDS (default 60); e.g. `scripts/fuzz.sh 0 -- -runs=1000000` runs
 #       10^6 inputs of each instead of a time limit.
 #   scripts/fuzz.sh --run-only SECONDS TARGET BUILD_DIR [-- LIBFUZZER-ARGS...]
-#       runs TARGET (frontend or plan) of an existing clang build; what the fuzz_* tests do.
+#       runs TARGET (frontend, plan or hf) of an existing clang build; what the fuzz_* tests do.
 #
 # A crash, a sanitizer report (AddressSanitizer, UndefinedBehaviorSanitizer), a leak, a hang
 # of more than 10 s or more than 4 GiB on one input ends the run with a non-zero status and
@@ -16,7 +17,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
-seconds=60 targets=(frontend plan) build="$root/build-fuzz" build_it=1
+seconds=60 targets=(frontend plan hf) build="$root/build-fuzz" build_it=1
 if [[ "${1:-}" == "--run-only" ]]; then
   seconds="$2" targets=("$3") build="$(cd "$4" && pwd)" build_it=0
   shift 4
@@ -32,7 +33,7 @@ if ((build_it)); then
     CXX=clang++-14 CC=clang-14 cmake -S "$root" -B "$build" -G Ninja \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   fi
-  cmake --build "$build" --target parc parc_fuzz_frontend parc_fuzz_plan
+  cmake --build "$build" --target parc parc_fuzz_frontend parc_fuzz_plan parc_fuzz_hf
 fi
 
 # Seeds: every .par file of the examples and the lit tests (the lowering tests among them),
@@ -62,6 +63,13 @@ seed_plan() {
   rm -rf "$work"
 }
 
+# Seeds: the Hugging Face configs of the examples and the lit tests.
+seed_hf() {
+  local out="$1"
+  mkdir -p "$out"
+  find "$root/examples/hf" "$root/test/lit/interop" -name '*.json' -exec cp {} "$out/" \;
+}
+
 status=0
 for target in "${targets[@]}"; do
   dir="$build/fuzz/$target"
@@ -71,6 +79,7 @@ for target in "${targets[@]}"; do
   args=(-timeout=10 -rss_limit_mb=4096 -print_final_stats=1 "-artifact_prefix=$dir/")
   ((seconds > 0)) && args+=("-max_total_time=$seconds")
   [[ "$target" == frontend ]] && args+=("-dict=$root/test/fuzz/par.dict")
+  [[ "$target" == hf ]] && args+=("-dict=$root/test/fuzz/hf.dict")
   echo "fuzz.sh: parc_fuzz_$target ${args[*]} ${extra[*]:-}" >&2
   # The cwd is the target's folder: an input's `include "x"` reads from there, not the tree.
   if ! (cd "$dir" && "$build/bin/parc_fuzz_$target" "${args[@]}" "${extra[@]}" corpus seeds); then
