@@ -1,20 +1,65 @@
 //===- LayoutPrinter.cpp - The rank layout as text (--emit=layout) --------===//
+//
+// One line per rank, so the listing is O(world): a group of more than MaxListed ranks shows
+// its first ranks, "..", its last and its size, and only those members are computed.
+//
+//===----------------------------------------------------------------------===//
 #include "parc/Check/LayoutPrinter.h"
+
+#include "llvm/ADT/STLFunctionalExtras.h"
+
+#include <algorithm>
 
 namespace parc {
 
 namespace {
-void printGroup(llvm::StringRef name, const std::vector<int64_t> &group, const RankLayout &layout,
-                llvm::raw_ostream &os) {
+
+constexpr int64_t MaxListed = 16;
+
+/// A group of `size` ranks in ascending order, member i given by `member(i)`.
+void printGroup(llvm::StringRef name, int64_t size, llvm::function_ref<int64_t(int64_t)> member,
+                const RankLayout &layout, llvm::raw_ostream &os) {
   os << " | " << name << " [";
-  for (size_t i = 0; i < group.size(); ++i)
-    os << (i ? "," : "") << group[i];
-  os << "] ";
-  if (group.size() < 2)
+  bool abbreviated = size > MaxListed;
+  int64_t shown = abbreviated ? MaxListed / 2 : size;
+  for (int64_t i = 0; i < shown; ++i)
+    os << (i ? "," : "") << member(i);
+  if (abbreviated)
+    os << ",..," << member(size - 1) << "] (" << size << " ranks) ";
+  else
+    os << "] ";
+  if (size < 2)
     os << "-";
   else
-    os << (layout.crossesNodes(group) ? "inter" : "intra");
+    os << (layout.nodeOf(member(0)) != layout.nodeOf(member(size - 1)) ? "inter" : "intra");
 }
+
+/// Member i, in ascending rank order, of the group of `rank` over `axes`: the digits of i
+/// along those axes, the one with the smallest stride varying fastest.
+int64_t memberOf(const RankLayout &layout, int64_t rank, AxisSet axes, int64_t i) {
+  std::vector<Axis> inner;
+  for (Axis axis : kAllAxes)
+    if (axes.contains(axis))
+      inner.push_back(axis);
+  std::sort(inner.begin(), inner.end(), [&](Axis a, Axis b) {
+    return layout.strideOf(a) < layout.strideOf(b);
+  });
+  int64_t member = rank;
+  for (Axis axis : inner) {
+    int64_t size = layout.sizeOf(axis), stride = layout.strideOf(axis);
+    member += (i % size - rank / stride % size) * stride;
+    i /= size;
+  }
+  return member;
+}
+
+void printAxesGroup(llvm::StringRef name, AxisSet axes, int64_t rank, const RankLayout &layout,
+                    llvm::raw_ostream &os) {
+  printGroup(
+      name, layout.sizeOf(axes), [&](int64_t i) { return memberOf(layout, rank, axes, i); },
+      layout, os);
+}
+
 } // namespace
 
 void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostream &os) {
@@ -35,15 +80,18 @@ void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostre
        << layout.localRankOf(rank) << " coords tp=" << c.tp << " pp=" << c.pp << " dp=" << c.dp;
     if (cp)
       os << " cp=" << c.cp;
-    printGroup("tp", layout.tpGroup(rank), layout, os);
-    printGroup("dp", layout.dpGroup(rank), layout, os);
-    printGroup("pp", layout.ppGroup(rank), layout, os);
+    printAxesGroup("tp", {Axis::TP}, rank, layout, os);
+    printAxesGroup("dp", {Axis::DP}, rank, layout, os);
+    printAxesGroup("pp", {Axis::PP}, rank, layout, os);
     if (cp) {
-      printGroup("cp", layout.cpGroup(rank), layout, os);
-      printGroup("dp_cp", layout.dpCpGroup(rank), layout, os);
+      printAxesGroup("cp", {Axis::CP}, rank, layout, os);
+      printAxesGroup("dp_cp", RankLayout::kGradientAxes, rank, layout, os);
     }
-    printGroup("model", layout.modelGroup(rank), layout, os);
-    printGroup("embedding", layout.embeddingGroup(rank, tied), layout, os);
+    printAxesGroup("model", {Axis::TP, Axis::PP}, rank, layout, os);
+    std::vector<int64_t> embedding = layout.embeddingGroup(rank, tied); // two ranks at most
+    printGroup(
+        "embedding", int64_t(embedding.size()), [&](int64_t i) { return embedding[size_t(i)]; },
+        layout, os);
     os << "\n";
   }
 }
