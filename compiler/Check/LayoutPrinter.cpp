@@ -1,20 +1,70 @@
 //===- LayoutPrinter.cpp - The rank layout as text (--emit=layout) --------===//
+//
+// One line per rank, so the listing is O(world): a group of more than MaxListed ranks shows
+// its first ranks, "..", its last and its size, and only those members are computed.
+//
+//===----------------------------------------------------------------------===//
 #include "parc/Check/LayoutPrinter.h"
+
+#include "llvm/ADT/STLFunctionalExtras.h"
+
+#include <algorithm>
 
 namespace parc {
 
 namespace {
-void printGroup(llvm::StringRef name, const std::vector<int64_t> &group, const RankLayout &layout,
-                llvm::raw_ostream &os) {
+
+constexpr int64_t MaxListed = 16;
+
+/// A group of `size` ranks in ascending order, member i given by `member(i)`.
+void printGroup(llvm::StringRef name, int64_t size, llvm::function_ref<int64_t(int64_t)> member,
+                const RankLayout &layout, llvm::raw_ostream &os) {
   os << " | " << name << " [";
-  for (size_t i = 0; i < group.size(); ++i)
-    os << (i ? "," : "") << group[i];
-  os << "] ";
-  if (group.size() < 2)
+  bool abbreviated = size > MaxListed;
+  int64_t shown = abbreviated ? MaxListed / 2 : size;
+  for (int64_t i = 0; i < shown; ++i)
+    os << (i ? "," : "") << member(i);
+  if (abbreviated)
+    os << ",..," << member(size - 1) << "] (" << size << " ranks) ";
+  else
+    os << "] ";
+  if (size < 2)
     os << "-";
   else
-    os << (layout.crossesNodes(group) ? "inter" : "intra");
+    os << (layout.nodeOf(member(0)) != layout.nodeOf(member(size - 1)) ? "inter" : "intra");
 }
+
+/// Member i, in ascending rank order, of the group of `rank` over `axes` of `grid`: the digits
+/// of i along those axes, the one with the smallest stride varying fastest.
+int64_t memberOf(const RankGrid &grid, int64_t rank, AxisSet axes, int64_t i) {
+  std::vector<Axis> inner;
+  for (Axis axis : kAllAxes)
+    if (axes.contains(axis))
+      inner.push_back(axis);
+  std::sort(inner.begin(), inner.end(),
+            [&](Axis a, Axis b) { return grid.stride(a) < grid.stride(b); });
+  int64_t member = rank;
+  for (Axis axis : inner) {
+    int64_t size = grid.size(axis), stride = grid.stride(axis);
+    member += (i % size - rank / stride % size) * stride;
+    i /= size;
+  }
+  return member;
+}
+
+void printAxesGroup(llvm::StringRef name, AxisSet axes, int64_t rank, const RankLayout &layout,
+                    llvm::raw_ostream &os, const RankGrid &grid) {
+  printGroup(
+      name, grid.groupSize(axes), [&](int64_t i) { return memberOf(grid, rank, axes, i); },
+      layout, os);
+}
+
+/// The group over `axes` of the layout's grid, or of its expert grid.
+void printAxesGroup(llvm::StringRef name, AxisSet axes, int64_t rank, const RankLayout &layout,
+                    llvm::raw_ostream &os) {
+  printAxesGroup(name, axes, rank, layout, os, layout.grid);
+}
+
 } // namespace
 
 void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostream &os) {
@@ -38,18 +88,21 @@ void printLayout(const Mapping &mapping, const Program &program, llvm::raw_ostre
        << layout.localRankOf(rank) << " coords tp=" << c.tp << " pp=" << c.pp << " dp=" << c.dp;
     if (cp)
       os << " cp=" << c.cp;
-    printGroup("tp", layout.tpGroup(rank), layout, os);
-    printGroup("dp", layout.dpGroup(rank), layout, os);
-    printGroup("pp", layout.ppGroup(rank), layout, os);
+    printAxesGroup("tp", {Axis::TP}, rank, layout, os);
+    printAxesGroup("dp", {Axis::DP}, rank, layout, os);
+    printAxesGroup("pp", {Axis::PP}, rank, layout, os);
     if (cp) {
-      printGroup("cp", layout.cpGroup(rank), layout, os);
-      printGroup("dp_cp", layout.dpCpGroup(rank), layout, os);
+      printAxesGroup("cp", {Axis::CP}, rank, layout, os);
+      printAxesGroup("dp_cp", RankLayout::kGradientAxes, rank, layout, os);
     }
-    printGroup("model", layout.modelGroup(rank), layout, os);
-    printGroup("embedding", layout.embeddingGroup(rank, tied), layout, os);
+    printAxesGroup("model", {Axis::TP, Axis::PP}, rank, layout, os);
+    std::vector<int64_t> embedding = layout.embeddingGroup(rank, tied); // two ranks at most
+    printGroup(
+        "embedding", int64_t(embedding.size()), [&](int64_t i) { return embedding[size_t(i)]; },
+        layout, os);
     if (experts) {
-      printGroup("ep", layout.epGroup(rank), layout, os);
-      printGroup("expert_dp", layout.expertDataGroup(rank), layout, os);
+      printAxesGroup("ep", {Axis::EP}, rank, layout, os, layout.expertGrid);
+      printAxesGroup("expert_dp", {Axis::DP}, rank, layout, os, layout.expertGrid);
     }
     os << "\n";
   }

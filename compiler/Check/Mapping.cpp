@@ -54,13 +54,15 @@ std::vector<int64_t> RankLayout::modelGroup(int64_t rank) const {
 std::vector<int64_t> RankLayout::embeddingGroup(int64_t rank, bool tiedHead) const {
   if (!tiedHead || sizeOf(Axis::PP) == 1)
     return {};
-  std::vector<int64_t> stages = ppGroup(rank);
-  return {stages.front(), stages.back()};
+  // The first and last stage of this rank's pipeline, without building the whole group.
+  int64_t stride = strideOf(Axis::PP);
+  int64_t first = rank - grid.coord(rank, Axis::PP) * stride;
+  return {first, first + (sizeOf(Axis::PP) - 1) * stride};
 }
 
 bool RankLayout::crossesNodes(const std::vector<int64_t> &group) const {
-  return std::any_of(group.begin(), group.end(),
-                     [&](int64_t r) { return nodeOf(r) != nodeOf(group.front()); });
+  // Every group is in ascending rank order and nodes are ranges of ranks.
+  return !group.empty() && nodeOf(group.front()) != nodeOf(group.back());
 }
 
 bool RankLayout::expertGridAligned() const {

@@ -11,9 +11,12 @@
 #include "parc/Cost/CommModel.h"
 #include "parc/Cost/ZeroPolicy.h"
 #include "parc/Support/CheckedInt.h"
+#include "parc/Support/Limits.h"
 #include "parc/Support/Units.h"
 
 #include "llvm/Support/Format.h"
+
+#include <algorithm>
 
 namespace parc {
 
@@ -27,12 +30,18 @@ std::string percent(double fraction) {
   return out;
 }
 
-/// "1, 2, 4 or 8": the divisors of `n` up to `limit`, for "use tp = ..." hints.
+/// "1, 2, 4 or 8": the divisors of `n` up to `limit`, for "use tp = ..." hints. Divisors come
+/// in pairs d, n / d with d <= sqrt(n), so finding them takes O(sqrt n) steps.
 std::string divisorsUpTo(int64_t n, int64_t limit) {
   std::vector<int64_t> found;
-  for (int64_t d = 1; d <= limit && d <= n; ++d)
-    if (n % d == 0)
-      found.push_back(d);
+  for (int64_t d = 1; d <= n / d; ++d) {
+    if (n % d != 0)
+      continue;
+    for (int64_t divisor : {d, n / d})
+      if (divisor <= limit && (found.empty() || found.back() != divisor))
+        found.push_back(divisor);
+  }
+  std::sort(found.begin(), found.end());
   std::string out;
   for (size_t i = 0; i < found.size(); ++i)
     out += (i == 0 ? "" : i + 1 == found.size() ? " or " : ", ") + str(found[i]);
@@ -82,6 +91,7 @@ private:
   void checkVocab();
   void checkStages();
   void checkBatch();
+  void checkPlanSize();
   void checkSchedule();
   void checkFlags();
   void checkContext();
@@ -154,6 +164,14 @@ void MappingChecker::checkWorld() {
       return;
     }
     mapping.dp = par.dp;
+  }
+  // Here tp x cp x pp x dp is the cluster's world, computed without overflow above.
+  int64_t ranks = world;
+  if (ranks > limits::MaxWorld) {
+    error(par.dpAuto ? "cluster.nodes" : "parallel.dp",
+          "the job has " + others + " x dp = " + othersValue + " x " + str(mapping.dp) + " = " +
+              str(ranks) + " ranks, more than the limit of " + str(limits::MaxWorld));
+    return;
   }
   dpKnown = true;
 }
@@ -311,6 +329,14 @@ void MappingChecker::checkStages() {
 }
 
 void MappingChecker::checkBatch() {
+  // micro_batch <= MaxMicroBatch and seq <= MaxSeq: the product fits 64 bits.
+  if (par.microBatch * model.seq > limits::MaxMicrobatchTokens) {
+    error("parallel.micro_batch", "micro_batch x seq = " + str(par.microBatch) + " x " +
+                                      str(model.seq) + " = " + str(par.microBatch * model.seq) +
+                                      " tokens per microbatch, more than the limit of " +
+                                      str(limits::MaxMicrobatchTokens));
+    return;
+  }
   if (!dpKnown)
     return;
   std::optional<int64_t> perStep = checkedMul(par.microBatch, mapping.dp);
@@ -325,7 +351,39 @@ void MappingChecker::checkBatch() {
     return;
   }
   mapping.microbatches = par.globalBatch / *perStep;
+  if (mapping.microbatches > limits::MaxMicrobatches) {
+    error("parallel.global_batch",
+          "M = global_batch / (micro_batch x dp) = " + str(mapping.microbatches) +
+              " microbatches per step, more than the limit of " + str(limits::MaxMicrobatches) +
+              "; raise micro_batch or lower global_batch");
+    noteField("parallel.micro_batch", par.microBatch);
+    return;
+  }
   batchKnown = true;
+}
+
+/// A rank plan holds every op of its chunks and every instruction of its step; both are
+/// bounded before lowering (docs/language.md, Limits) by an estimate above what lowering
+/// produces: at most 128 ops per block plus 256 for the embedding and head, at most 16
+/// instructions per chunk and microbatch plus 64 for the step's collectives.
+void MappingChecker::checkPlanSize() {
+  if (!batchKnown || mapping.partition.blocks.empty())
+    return;
+  int64_t blocks = 0;
+  for (int64_t stage = 0; stage < par.pp; ++stage)
+    blocks = std::max(blocks, mapping.partition.blocksOnStage(stage));
+  // blocks <= MaxBlocks, chunks <= MaxBlocks and M <= MaxMicrobatches: no overflow.
+  int64_t ops = 128 * blocks + 256;
+  int64_t instructions = 16 * mapping.chunks * mapping.microbatches + 64;
+  if (ops + instructions <= limits::MaxPlanEntries)
+    return;
+  bool schedule = instructions >= ops;
+  error(schedule ? "parallel.global_batch" : "parallel.pp",
+        "a rank's plan would hold up to " + str(ops) + " ops (" + str(blocks) +
+            " blocks on a stage) and " + str(instructions) + " instructions (" +
+            str(mapping.chunks) + " chunks x M = " + str(mapping.microbatches) +
+            "), more than the limit of " + str(limits::MaxPlanEntries) + " per rank; " +
+            (schedule ? "use fewer microbatches per step" : "use more pipeline stages"));
 }
 
 void MappingChecker::checkSchedule() {
@@ -570,6 +628,7 @@ std::optional<Mapping> MappingChecker::run() {
   checkVocab();
   checkStages();
   checkBatch();
+  checkPlanSize();
   checkSchedule();
   checkFlags();
   checkContext();

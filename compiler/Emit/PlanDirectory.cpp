@@ -8,6 +8,8 @@
 #include "parc/Emit/PlanDirectory.h"
 #include "parc/Plan/PlanStream.h"
 #include "parc/Plan/PlanJSON.h"
+#include "parc/Support/FileOutput.h"
+#include "parc/Support/SignalCleanup.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringSet.h"
@@ -16,7 +18,10 @@
 #include "llvm/Support/ThreadPool.h"
 
 #include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <mutex>
+#include <unistd.h>
 
 namespace fs = llvm::sys::fs;
 namespace path = llvm::sys::path;
@@ -148,7 +153,7 @@ llvm::Error writeRankFiles(StringRef dir, const plan::Manifest &manifest,
   std::string firstError;
   std::atomic<bool> failed{false};
   auto writeRange = [&](size_t begin, size_t end) {
-    for (size_t rank = begin; rank < end && !failed; ++rank) {
+    for (size_t rank = begin; rank < end && !failed && !interruptedBySignal(); ++rank) {
       llvm::SmallString<256> file(dir);
       path::append(file, manifest.ranks[rank].file);
       if (llvm::Error error = streamRankPlanToFile(file, plans[rank], JSONLayout::Compact)) {
@@ -208,6 +213,41 @@ llvm::Error moveIntoPlace(StringRef staged, StringRef dir, StringRef shownDir) {
 
 } // namespace
 
+/// "DIR.parc-tmp-PID-HOST": the prefix of this process's temporary directories, which names
+/// their owner so that a later run can tell whether it is gone.
+std::string temporaryPrefix(StringRef dir) {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0)
+    host[0] = '\0';
+  std::string name = host;
+  for (char &c : name)
+    if (!llvm::isAlnum(c) && c != '.')
+      c = '_';
+  return (dir + ".parc-tmp-" + llvm::Twine(getpid()) + "-" + name).str();
+}
+
+/// Removes the temporary directories next to `dir` that a parc on this host left when it was
+/// killed (SIGKILL, a crash): their owner process no longer exists.
+void removeStaleTemporaries(StringRef dir) {
+  StringRef parent = path::parent_path(dir);
+  std::string prefix = (path::filename(dir) + ".parc-tmp-").str();
+  std::string ourHost = path::filename(temporaryPrefix(dir)).rsplit('-').second.str();
+  std::error_code ec;
+  for (fs::directory_iterator entry(parent.empty() ? "." : parent, ec), end; entry != end && !ec;
+       entry.increment(ec)) {
+    StringRef name = path::filename(entry->path());
+    if (!name.consume_front(prefix))
+      continue;
+    auto [pidText, rest] = name.split('-');
+    StringRef host = rest.rsplit('-').first;
+    int pid = 0;
+    if (pidText.getAsInteger(10, pid) || pid <= 0 || host != ourHost)
+      continue;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+      fs::remove_directories(entry->path(), /*IgnoreErrors=*/true);
+  }
+}
+
 llvm::Error checkPlanDirectoryTarget(StringRef dir) {
   llvm::Expected<Target> target = classifyTarget(normalise(dir), dir);
   return target ? llvm::Error::success() : target.takeError();
@@ -221,8 +261,9 @@ llvm::Error writePlanDirectory(StringRef shownDir, const plan::Manifest &manifes
   if (llvm::Error error = checkPlanDirectoryTarget(shownDir))
     return error;
 
+  removeStaleTemporaries(dir);
   llvm::SmallString<256> staged;
-  if (std::error_code ec = fs::createUniqueDirectory(dir + ".parc-tmp", staged)) {
+  if (std::error_code ec = fs::createUniqueDirectory(temporaryPrefix(dir), staged)) {
     StringRef parent = path::parent_path(dir);
     if (ec == std::errc::no_such_file_or_directory)
       return failure("cannot write plans to '" + shownDir + "': its parent directory '" + parent +
@@ -231,6 +272,7 @@ llvm::Error writePlanDirectory(StringRef shownDir, const plan::Manifest &manifes
                    parent + "': " + ec.message());
   }
   RemoveOnExit cleanup(staged.str().str());
+  RemoveOnSignal interrupted(staged);
   // createUniqueDirectory makes it private to the owner; a plan directory is as readable as
   // one made by mkdir.
   fs::setPermissions(staged, static_cast<fs::perms>(fs::all_all & ~fs::getUmask()));
@@ -245,6 +287,7 @@ llvm::Error writePlanDirectory(StringRef shownDir, const plan::Manifest &manifes
     return error;
   if (llvm::Error error = moveIntoPlace(staged, dir, shownDir))
     return error;
+  interrupted.release();
   cleanup.release();
   return llvm::Error::success();
 }
@@ -253,6 +296,15 @@ llvm::Error writeFileAtomically(StringRef path,
                                 llvm::function_ref<void(llvm::raw_ostream &)> write) {
   if (fs::is_directory(path))
     return failure("cannot write '" + path + "': it is a directory; give a file name with -o");
+  // A device or a FIFO (/dev/stdout, /dev/full) is written in place: renaming a file over it
+  // would replace the device.
+  fs::file_status status;
+  if (!fs::status(path, status) && status.type() != fs::file_type::regular_file) {
+    if (llvm::Error error = writeFile(path, write))
+      return failure("cannot write '" + path + "': " +
+                     llvm::errorToErrorCode(std::move(error)).message());
+    return llvm::Error::success();
+  }
   int fd = -1;
   llvm::SmallString<256> temporary;
   if (std::error_code ec = fs::createUniqueFile(path + ".parc-tmp-%%%%%%", fd, temporary)) {
@@ -262,6 +314,7 @@ llvm::Error writeFileAtomically(StringRef path,
     return failure("cannot write '" + path + "': " + ec.message());
   }
   RemoveOnExit cleanup(temporary.str().str());
+  RemoveOnSignal interrupted(temporary);
   // createUniqueFile makes it private to the owner; an output is as readable as any new file.
   fs::setPermissions(fd, static_cast<fs::perms>((fs::all_read | fs::all_write) & ~fs::getUmask()));
   llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
@@ -274,6 +327,7 @@ llvm::Error writeFileAtomically(StringRef path,
   }
   if (std::error_code ec = fs::rename(temporary, path))
     return failure("cannot write '" + path + "': " + ec.message());
+  interrupted.release();
   cleanup.release();
   return llvm::Error::success();
 }

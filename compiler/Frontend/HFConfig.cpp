@@ -8,6 +8,9 @@
 //===----------------------------------------------------------------------===//
 #include "HFConfigInternal.h"
 
+#include "parc/Support/FileInput.h"
+#include "parc/Support/Limits.h"
+
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -446,13 +449,20 @@ llvm::ArrayRef<llvm::StringRef> importableArchitectures() {
 }
 
 std::optional<ImportedModel> readHFConfig(llvm::StringRef path, DiagnosticEngine &diags) {
-  auto file = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  auto file = readRegularFile(path, limits::MaxInputFileBytes);
   if (!file) {
-    diags.ioError(llvm::SMLoc(), "cannot open '" + path + "': " + file.getError().message());
+    diags.ioError(llvm::SMLoc(), "cannot open '" + path + "': " + llvm::toString(file.takeError()));
     return std::nullopt;
   }
   llvm::SourceMgr &sm = diags.getSourceMgr();
   llvm::StringRef text = sm.getMemoryBuffer(sm.AddNewSourceBuffer(std::move(*file), {}))->getBuffer();
+  size_t tooDeep = jsonTooDeepAt(text, unsigned(limits::MaxJSONDepth));
+  if (tooDeep != llvm::StringRef::npos) {
+    diags.error(llvm::SMLoc::getFromPointer(text.data() + tooDeep),
+                "not a JSON config: nested deeper than " + std::to_string(limits::MaxJSONDepth) +
+                    " levels");
+    return std::nullopt;
+  }
   llvm::Expected<llvm::json::Value> json = llvm::json::parse(text);
   if (!json) {
     // llvm::json says "[line:col, byte=N]: message"; point at byte N.

@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "parc/Frontend/Parser.h"
 #include "FrontendInternal.h"
+#include "parc/Support/FileInput.h"
+#include "parc/Support/Limits.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -24,7 +26,6 @@ using grammar::ParParser;
 
 constexpr unsigned kMaxNesting = 256;
 constexpr unsigned kMaxStatementTokens = 4096;
-constexpr unsigned kMaxIncludeDepth = 32;
 
 class ModuleReader {
 public:
@@ -148,10 +149,10 @@ void ModuleReader::include(llvm::StringRef path, llvm::SMRange where, unsigned f
     diags.ioError(where.Start, "cannot include '" + path + "': it is a directory");
     return;
   }
-  auto file = llvm::MemoryBuffer::getFile(resolved, /*IsText=*/true);
+  auto file = readRegularFile(resolved, limits::MaxInputFileBytes);
   if (!file) {
     diags.ioError(where.Start, "cannot open included file '" + path +
-                                   "': " + file.getError().message());
+                                   "': " + llvm::toString(file.takeError()));
     return;
   }
   llvm::SmallString<256> real;
@@ -161,14 +162,20 @@ void ModuleReader::include(llvm::StringRef path, llvm::SMRange where, unsigned f
     diags.error(where, "include cycle: '" + path + "' is already being read");
     return;
   }
-  if (includeStack.size() >= kMaxIncludeDepth) {
+  if (int64_t(includeStack.size()) >= limits::MaxIncludeDepth) {
     diags.error(where, "includes are nested too deeply (more than " +
-                           llvm::Twine(kMaxIncludeDepth) + " files)");
+                           llvm::Twine(limits::MaxIncludeDepth) + " files)");
     return;
   }
   // Include-once: a cluster shared by two included files is defined a single time.
-  if (!includedFiles.insert(real).second)
+  if (includedFiles.count(real))
     return;
+  if (int64_t(includedFiles.size()) >= limits::MaxInputFiles) {
+    diags.error(where, "this compilation reads more than " + llvm::Twine(limits::MaxInputFiles) +
+                           " files");
+    return;
+  }
+  includedFiles.insert(real);
   unsigned id = sm.AddNewSourceBuffer(std::move(*file), where.Start);
   includeStack.push_back(std::string(real));
   parseBufferId(id, out);
@@ -209,9 +216,9 @@ const char *ast::blockKindName(Block::Kind kind) {
 }
 
 std::optional<ast::Module> parseFile(llvm::StringRef path, DiagnosticEngine &diags) {
-  auto file = llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+  auto file = readRegularFile(path, limits::MaxInputFileBytes);
   if (!file) {
-    diags.ioError(llvm::SMLoc(), "cannot open '" + path + "': " + file.getError().message());
+    diags.ioError(llvm::SMLoc(), "cannot open '" + path + "': " + llvm::toString(file.takeError()));
     return std::nullopt;
   }
   unsigned id = diags.getSourceMgr().AddNewSourceBuffer(std::move(*file), llvm::SMLoc());

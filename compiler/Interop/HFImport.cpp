@@ -25,14 +25,15 @@ std::optional<std::string> importHFModel(llvm::StringRef path, DiagnosticEngine 
   std::optional<ImportedModel> model = readHFConfig(path, diags);
   if (!model)
     return std::nullopt;
-  // The block as written, read back as any .par file is: an import parc cannot read again
-  // is an internal error, reported where the block says what it says.
+  // The block as written, read back as any .par file is, so that the language's checks and
+  // limits (docs/language.md, Limits) apply to an import too: an error is reported on the
+  // block's line, whose comment names the config key it came from.
   std::string draft = printModelBlock(*model, {});
   ast::Module module = parseBuffer(draft, model->name + ".par (imported)", diags);
   std::optional<ModelSpec> spec = analyzeModel(module, diags);
   if (!spec || diags.hasErrors()) {
-    diags.error(llvm::SMLoc(), "internal error: the block imported from '" + path +
-                                   "' is not a valid model");
+    diags.error(llvm::SMLoc(), "the model of '" + path + "' is not one parc accepts: the " +
+                                   "block imported from it has the errors above");
     return std::nullopt;
   }
   int64_t params = totalParams(*spec, spec->vocab);

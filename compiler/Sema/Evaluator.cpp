@@ -1,6 +1,7 @@
 //===- Evaluator.cpp - Checked arithmetic over quantities with units ------===//
 #include "Evaluator.h"
 #include "parc/Support/CheckedInt.h"
+#include "parc/Support/Limits.h"
 #include "parc/Support/NameSuggest.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -566,7 +567,7 @@ std::optional<Value> Evaluator::evalSchedule(const ast::Expr &expr, const Scope 
                             "stage: interleaved(chunks = 2), or interleaved(chunks = auto)");
     return std::nullopt;
   }
-  FieldSpec chunks{"chunks", FieldType::Count, true, "", {}, {}};
+  FieldSpec chunks{"chunks", FieldType::Count, true, "", {}, {}, limits::MaxBlocks};
   chunks.searchable = true;
   const ast::Expr &count = *expr.args[0].value;
   if (isAutoExpr(count)) {
@@ -626,7 +627,7 @@ std::optional<Value> Evaluator::evaluateField(const ast::Expr &expr, const Field
     }
     Value list;
     list.kind = Value::List;
-    FieldSpec element{spec.name, FieldType::Count, true, "", {}, {}};
+    FieldSpec element{spec.name, FieldType::Count, true, "", {}, {}, limits::MaxBlocks};
     for (const auto &e : expr.operands) {
       auto v = evalNumeric(*e, scope);
       if (!v || !(v = typeNumber(*e, *v, element)))

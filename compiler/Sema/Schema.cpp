@@ -1,6 +1,8 @@
 #include "Schema.h"
 #include "parc/Sema/GPUKinds.h"
 
+#include "parc/Support/Limits.h"
+
 namespace parc::sema {
 
 const FieldSpec *BlockSchema::field(llvm::StringRef name) const {
@@ -35,8 +37,9 @@ namespace {
 using FT = FieldType;
 const std::vector<llvm::StringRef> kDTypes = {"fp32", "bf16", "fp16"};
 
-FieldSpec count(llvm::StringRef name, bool required, llvm::StringRef def = "") {
-  return {name, FT::Count, required, def, {}, {}};
+/// A count of at most `max` (docs/language.md, Limits; parc/Support/Limits.h).
+FieldSpec count(llvm::StringRef name, bool required, llvm::StringRef def, int64_t max) {
+  return {name, FT::Count, required, def, {}, {}, max};
 }
 FieldSpec quantity(llvm::StringRef name, Dimension dim, bool required,
                    llvm::StringRef def = "") {
@@ -52,18 +55,18 @@ FieldSpec real(llvm::StringRef name, llvm::StringRef def) {
 FieldSpec flag(llvm::StringRef name, llvm::StringRef def = "false") {
   return {name, FT::Bool, false, def, {}, {}};
 }
-FieldSpec natural(llvm::StringRef name, llvm::StringRef def) {
-  return {name, FT::Natural, false, def, {}, {}};
+FieldSpec natural(llvm::StringRef name, llvm::StringRef def, int64_t max) {
+  return {name, FT::Natural, false, def, {}, {}, max};
 }
 /// The mixture-of-experts fields: the model's defaults for every transformer layer, and what
 /// `transformer(...)` may override (with no defaults there: an unwritten override inherits).
 std::vector<FieldSpec> moeFields(bool withDefaults) {
   auto def = [&](llvm::StringRef text) { return withDefaults ? text : llvm::StringRef(); };
   std::vector<FieldSpec> fields = {
-      natural("experts", def("0")),
-      count("top_k", false, def("2")),
-      count("moe_ffn", false, def("ffn")),
-      natural("shared_experts", def("0")),
+      natural("experts", def("0"), limits::MaxExperts),
+      count("top_k", false, def("2"), limits::MaxExperts),
+      count("moe_ffn", false, def("ffn"), limits::MaxFFN),
+      natural("shared_experts", def("0"), limits::MaxSharedExperts),
       {"router", FT::Enum, false, def("softmax"), {}, {"softmax"}},
       flag("normalize_top_k", def("true")),
       real("aux_loss", def("0.01")),
@@ -97,26 +100,26 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
     BlockSchema schema{"model",
       {
           enumeration("dtype", kDTypes, ""),
-          count("vocab", true),
-          count("seq", true),
-          count("hidden", true),
-          count("heads", true),
-          count("kv_heads", false, "heads"),
-          count("ffn", true),
+          count("vocab", true, "", limits::MaxVocab),
+          count("seq", true, "", limits::MaxSeq),
+          count("hidden", true, "", limits::MaxHidden),
+          count("heads", true, "", limits::MaxHeads),
+          count("kv_heads", false, "heads", limits::MaxHeads),
+          count("ffn", true, "", limits::MaxFFN),
           enumeration("norm", {"layernorm", "rmsnorm"}, "layernorm"),
           enumeration("mlp", mlpWords(), "gelu"),
           enumeration("position", {"learned", "rope"}, "learned"),
           enumeration("attention", {"flash", "standard"}, "flash"),
           real("dropout", "0"),
           // What a Hugging Face config can say beyond the above (docs/interop.md).
-          count("head_dim", false),
+          count("head_dim", false, "", limits::MaxHeadDim),
           optionalEnum("bias", {"all", "qkv", "none"}),
           enumeration("gelu_approx", {"none", "tanh"}, "none"),
           enumeration("residual", {"sequential", "parallel"}, "sequential"),
           real("norm_eps", "1e-5"),
           real("rope_theta", "10000"),
           real("rotary_fraction", "1"),
-          count("max_positions", false, "seq"),
+          count("max_positions", false, "seq", limits::MaxSeq),
           flag("scale_embedding"),
       },
       {}};
@@ -137,7 +140,7 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           quantity("flops_fp32", Dimension::flopRate(), false),
           quantity("flops_tf32", Dimension::flopRate(), false),
           quantity("memory_bandwidth", Dimension::bandwidth(), false),
-          count("sms", false),
+          count("sms", false, "", limits::MaxGpuSMs),
           {"reserve", FT::Quantity, false, "1 GiB", Dimension::size(), {}, 0, /*allowZero=*/true},
       },
       {}};
@@ -152,23 +155,24 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
                                      {
                                          quantity("bandwidth", Dimension::bandwidth(), true),
                                          quantity("latency", Dimension::time(), true),
-                                         count("nics", false),
+                                         count("nics", false, "", limits::MaxGpusPerNode),
                                      },
                                      {}};
   static const BlockSchema cluster{"cluster",
-                                   {count("nodes", true), count("gpus_per_node", true)},
+                                   {count("nodes", true, "", limits::MaxNodes),
+                                    count("gpus_per_node", true, "", limits::MaxGpusPerNode)},
                                    {&gpu, &intraNode, &interNode}};
   static const BlockSchema parallel{
       "parallel",
       {
-          searchable(count("tp", false, "1")),
-          searchable(count("pp", false, "1")),
-          searchable({"dp", FT::CountOrAuto, false, "auto", {}, {}}),
-          searchable(count("cp", false, "1")),
-          searchable(count("ep", false, "1")),
+          searchable(count("tp", false, "1", limits::MaxWorld)),
+          searchable(count("pp", false, "1", limits::MaxWorld)),
+          searchable({"dp", FT::CountOrAuto, false, "auto", {}, {}, limits::MaxWorld}),
+          searchable(count("cp", false, "1", limits::MaxWorld)),
+          searchable(count("ep", false, "1", limits::MaxWorld)),
           searchable({"order", FT::Order, false, "tp-cp-ep-dp-pp", {}, {}}),
-          searchable(count("micro_batch", false, "1")),
-          count("global_batch", true),
+          searchable(count("micro_batch", false, "1", limits::MaxMicroBatch)),
+          count("global_batch", true, "", limits::MaxGlobalBatch),
           searchable({"schedule", FT::Schedule, false, "1f1b", {}, {}}),
           searchable({"zero", FT::Natural, false, "0", {}, {}, 3}),
           searchable(enumeration("recompute", {"none", "selective", "full"}, "none")),
@@ -177,7 +181,7 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
           flag("overlap_grad_reduce"),
           flag("overlap_param_gather"),
           flag("tp_comm_overlap"),
-          count("bucket_size", false, "40000000"),
+          count("bucket_size", false, "40000000", limits::MaxBucketSize),
       },
       {}};
   static const BlockSchema train{
@@ -185,7 +189,7 @@ const BlockSchema &schemaFor(ast::Block::Kind kind) {
       {
           enumeration("optimizer", {"adam", "sgd"}, "adam"),
           real("lr", "3e-4"),
-          count("steps", false, "10"),
+          count("steps", false, "10", 0),
           {"seed", FT::Natural, false, "1234", {}, {}},
           real("weight_decay", "0"),
           real("grad_clip", "1.0"),
@@ -216,9 +220,9 @@ const BlockSchema &layerOverrideSchema() {
   static const BlockSchema overrides = [] {
     BlockSchema schema{"transformer",
                        {
-                           count("heads", false),
-                           count("kv_heads", false),
-                           count("ffn", false),
+                           count("heads", false, "", limits::MaxHeads),
+                           count("kv_heads", false, "", limits::MaxHeads),
+                           count("ffn", false, "", limits::MaxFFN),
                            enumeration("mlp", mlpWords(), "gelu"),
                        },
                        {}};

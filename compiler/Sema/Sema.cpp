@@ -1,6 +1,7 @@
 //===- Sema.cpp - Blocks, fields and layers into a Program ----------------===//
 #include "Evaluator.h"
 #include "parc/Sema/GPUKinds.h"
+#include "parc/Support/Limits.h"
 #include "parc/Support/NameSuggest.h"
 
 #include "llvm/ADT/SmallPtrSet.h"
@@ -450,7 +451,7 @@ std::optional<LayerGroup> Analyzer::resolveLayer(const ast::LayerDecl &decl, con
   if (!kvWritten && seen.count("heads") && kv && kv->defaulted)
     g.kvHeads = g.heads;
   if (decl.repeat) {
-    FieldSpec count{"layer count", FieldType::Count, true, "", {}, {}};
+    FieldSpec count{"layer count", FieldType::Count, true, "", {}, {}, limits::MaxBlocks};
     if (auto v = eval.evaluateField(*decl.repeat, count, scope))
       g.count = v->i;
     else
@@ -512,6 +513,18 @@ void Analyzer::checkLayerStructure(const ast::Block &syntax, const ResolvedBlock
     diags.error(head.range, "'tied(" + head.tiedTo + ")' must name the embedding layer '" +
                                 layers.front().name + "'");
     diags.note(layers.front().range, "the embedding is declared here");
+  }
+  int64_t blocks = 0;
+  for (const LayerGroup &g : layers) {
+    if (g.kind != LayerGroup::Transformer)
+      continue;
+    blocks += g.count; // each count is at most MaxBlocks, so the sum cannot overflow
+    if (blocks > limits::MaxBlocks) {
+      diags.error(g.range, "model '" + syntax.name + "' has " + llvm::Twine(blocks) +
+                               " transformer blocks up to layer '" + g.name +
+                               "', more than the limit of " + llvm::Twine(limits::MaxBlocks));
+      return;
+    }
   }
 }
 

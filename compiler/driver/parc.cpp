@@ -22,6 +22,8 @@
 #include "parc/Plan/PlanJSON.h"
 #include "parc/Search/SearchReport.h"
 #include "parc/Sema/Sema.h"
+#include "parc/Support/FileOutput.h"
+#include "parc/Support/Limits.h"
 #include "parc/Support/Units.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -32,6 +34,7 @@
 #include "llvm/Support/WithColor.h"
 
 #include <chrono>
+#include <csignal>
 
 using namespace parc;
 namespace cl = llvm::cl;
@@ -214,6 +217,17 @@ int exportJob(const Program &program, const Mapping &mapping, DiagnosticEngine &
 
 /// `--emit=trace` and `--emit=svg`: the simulated step, to -o FILE or stdout.
 int emitStep(const Program &program, const Mapping &mapping, DiagnosticEngine &diags) {
+  // Each factor is bounded by the limits the checks enforced, so the product fits 64 bits.
+  int64_t passes = 2 * mapping.pp * mapping.chunks * mapping.microbatches;
+  if (passes > limits::MaxTimelinePasses) {
+    diags.error(program.rangeOf("parallel.global_batch", program.parallel.headerRange),
+                "--emit=" + std::string(emitKind == EmitKind::Trace ? "trace" : "svg") +
+                    " draws every forward and backward pass of the step, here 2 x pp x chunks x "
+                    "M = " +
+                    llvm::Twine(passes) + ", more than the limit of " +
+                    llvm::Twine(limits::MaxTimelinePasses));
+    return diags.exitCode();
+  }
   llvm::Expected<StepTimeline> timeline = simulateStep(program, mapping);
   if (!timeline) {
     diags.error(llvm::SMLoc(), llvm::toString(timeline.takeError()));
@@ -314,10 +328,7 @@ int compareMappings(std::vector<Program> &programs, DiagnosticEngine &diags) {
   return diags.exitCode();
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-  llvm::InitLLVM init(argc, argv);
+int compile(int argc, char **argv) {
   cl::HideUnrelatedOptions(parcCategory);
   cl::SetVersionPrinter(printVersion);
   if (!cl::ParseCommandLineOptions(argc, argv, "parc: plan 3D-parallel transformer training\n",
@@ -403,4 +414,16 @@ int main(int argc, char **argv) {
     llvm::outs() << "plans    " << mapping->layout.world() << " rank plans and manifest.json in "
                  << outputPath << " (plan id " << *planId << ")\n";
   return diags.exitCode();
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported like a full disk,
+  // instead of ending the process by SIGXFSZ with its outputs half-written.
+  std::signal(SIGXFSZ, SIG_IGN);
+  int status = compile(argc, argv);
+  // An output that did not reach standard output is an I/O error, whatever else happened.
+  return finishStandardOutput("parc") ? status : ExitUsageOrIO;
 }

@@ -163,43 +163,44 @@ constexpr int many = OpInfo::AtLeastTwo;
 } // namespace
 
 const OpInfo &opInfo(OpKind kind) {
-  // {inputs, outputs, backwardOnly, attrs}; docs/plan-format.md names each operand.
+  // {inputs, outputs, backwardOnly, attrs, input roles, output roles} (OpInfo);
+  // docs/plan-format.md names each operand.
   static const OpInfo table[] = {
-      {2, 1, false, vocabAttrs},     // embedding: ids, weight -> y
-      {2, 1, false, offsetAttrs},    // position_embedding: x, weight -> y
-      {3, 1, false, epsAttrs},       // layernorm: x, weight, bias -> y
-      {2, 1, false, epsAttrs},       // rmsnorm: x, weight -> y
-      {2, 1, false, matmulAttrs},    // matmul: a, b -> c
-      {2, 1, false, {}},             // bias_add: x, bias -> y
-      {1, 1, false, ropeAttrs},      // rope: x -> y
-      {3, 2, false, attentionAttrs}, // attention: q, k, v -> y, stats
-      {1, 1, false, {}},             // gelu
-      {2, 1, false, {}},             // swiglu: gate, up -> y
-      {2, 1, false, {}},             // residual_add: a, b -> y
-      {1, many, false, dimAttrs},    // split: x -> parts
-      {1, 1, false, groupAttrs},     // all_reduce
-      {1, 1, false, groupDimAttrs},  // all_gather
-      {1, 1, false, groupDimAttrs},  // reduce_scatter
-      {2, 1, false, lossAttrs},      // cross_entropy: logits, labels -> loss
-      {2, 1, true, vocabAttrs},      // embedding_bwd: ids, dy -> dweight
-      {1, 2, true, offsetAttrs},     // position_embedding_bwd: dy -> dx, dweight
-      {3, 3, true, epsAttrs},        // layernorm_bwd: x, weight, dy -> dx, dweight, dbias
-      {3, 2, true, epsAttrs},        // rmsnorm_bwd: x, weight, dy -> dx, dweight
-      {3, 2, true, matmulAttrs},     // matmul_bwd: a, b, dc -> da, db
-      {1, 2, true, {}},              // bias_add_bwd: dy -> dx, dbias
-      {1, 1, true, ropeAttrs},       // rope_bwd: dy -> dx
-      {6, 3, true, attentionAttrs},  // attention_bwd: q, k, v, y, stats, dy -> dq, dk, dv
-      {2, 1, true, {}},              // gelu_bwd: x, dy -> dx
-      {3, 2, true, {}},              // swiglu_bwd: gate, up, dy -> dgate, dup
-      {1, 2, true, {}},              // residual_add_bwd: dy -> da, db
-      {many, 1, true, dimAttrs},     // split_bwd: dparts -> dx
-      {3, 1, true, lossAttrs},       // cross_entropy_bwd: logits, labels, dloss -> dlogits
-      {1, 0, false, peerAttrs},      // send: x ->
-      {0, 1, false, peerAttrs},      // recv: -> y
-      {many, 1, false, dimAttrs},    // concat: parts -> x
-      {3, 2, false, blockAttrs},     // attention_block: q, k, v -> y, lse
-      {4, 2, false, {}},             // attention_merge: y1, lse1, y2, lse2 -> y, lse
-      {6, 3, true, blockAttrs},      // attention_block_bwd: q, k, v, y, lse, dy -> dq, dk, dv
+      {2, 1, false, vocabAttrs, "ip", "v"},          // embedding: ids, weight -> y
+      {2, 1, false, offsetAttrs, "vp", "v"},         // position_embedding: x, weight -> y
+      {3, 1, false, epsAttrs, "vpp", "v"},           // layernorm: x, weight, bias -> y
+      {2, 1, false, epsAttrs, "vp", "v"},            // rmsnorm: x, weight -> y
+      {2, 1, false, matmulAttrs, "vp", "v"},         // matmul: a, b -> c
+      {2, 1, false, {}, "vp", "v"},                  // bias_add: x, bias -> y
+      {1, 1, false, ropeAttrs, "v", "v"},            // rope: x -> y
+      {3, 2, false, attentionAttrs, "vvv", "vv"},    // attention: q, k, v -> y, stats
+      {1, 1, false, {}, "v", "v"},                   // gelu
+      {2, 1, false, {}, "vv", "v"},                  // swiglu: gate, up -> y
+      {2, 1, false, {}, "uu", "u"},                  // residual_add: a, b -> y
+      {1, many, false, dimAttrs, "u", "u"},          // split: x -> parts
+      {1, 1, false, groupAttrs, "u", "u"},           // all_reduce
+      {1, 1, false, groupDimAttrs, "u", "u"},        // all_gather
+      {1, 1, false, groupDimAttrs, "u", "u"},        // reduce_scatter
+      {2, 1, false, lossAttrs, "vi", "v"},           // cross_entropy: logits, labels -> loss
+      {2, 1, true, vocabAttrs, "ig", "P"},           // embedding_bwd: ids, dy -> dweight
+      {1, 2, true, offsetAttrs, "g", "gP"},          // position_embedding_bwd: dy -> dx, dweight
+      {3, 3, true, epsAttrs, "vpg", "01P"},          // layernorm_bwd: x, weight, dy -> dx, dweight, dbias
+      {3, 2, true, epsAttrs, "vpg", "01"},           // rmsnorm_bwd: x, weight, dy -> dx, dweight
+      {3, 2, true, matmulAttrs, "vpg", "01"},        // matmul_bwd: a, b, dc -> da, db
+      {1, 2, true, {}, "g", "gP"},                   // bias_add_bwd: dy -> dx, dbias
+      {1, 1, true, ropeAttrs, "g", "g"},             // rope_bwd: dy -> dx
+      {6, 3, true, attentionAttrs, "vvvvvg", "012"}, // attention_bwd: q, k, v, y, stats, dy -> dq, dk, dv
+      {2, 1, true, {}, "vg", "0"},                   // gelu_bwd: x, dy -> dx
+      {3, 2, true, {}, "vvg", "01"},                 // swiglu_bwd: gate, up, dy -> dgate, dup
+      {1, 2, true, {}, "g", "gg"},                   // residual_add_bwd: dy -> da, db
+      {many, 1, true, dimAttrs, "g", "g"},           // split_bwd: dparts -> dx
+      {3, 1, true, lossAttrs, "vig", "0"},           // cross_entropy_bwd: logits, labels, dloss -> dlogits
+      {1, 0, false, peerAttrs, "u", ""},             // send: x ->
+      {0, 1, false, peerAttrs, "", "u"},             // recv: -> y
+      {many, 1, false, dimAttrs, "u", "u"},          // concat: parts -> x
+      {3, 2, false, blockAttrs, "vvv", "vv"},        // attention_block: q, k, v -> y, lse
+      {4, 2, false, {}, "vvvv", "vv"},               // attention_merge: y1, lse1, y2, lse2 -> y, lse
+      {6, 3, true, blockAttrs, "vvvvvg", "012"},     // attention_block_bwd: q, k, v, y, lse, dy -> dq, dk, dv
   };
   static_assert(std::size(table) == size_t(OpKind::AttentionBlockBwd) + 1);
   return table[static_cast<size_t>(kind)];

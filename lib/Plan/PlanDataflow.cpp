@@ -10,6 +10,8 @@
 #include "PlanVerifierInternal.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -22,10 +24,13 @@ namespace parc::plan::detail {
 
 namespace {
 
+/// The local shape of each parameter shard this rank owns, by name.
+using ParamShapes = llvm::StringMap<std::vector<int64_t>>;
+
 class ChunkFlow {
 public:
   ChunkFlow(ReadContext &ctx, const RankPlan &plan, const Chunk &chunk, std::string path,
-            const llvm::StringMap<const ParamShard *> &params, llvm::StringSet<> &gradsWritten)
+            const ParamShapes &params, llvm::StringSet<> &gradsWritten)
       : ctx(ctx), plan(plan), chunk(chunk), path(std::move(path)), params(params),
         gradsWritten(gradsWritten) {}
 
@@ -36,30 +41,49 @@ private:
   bool isParamGrad(StringRef name) const {
     return name.endswith(".grad") && isParam(name.drop_back(5));
   }
+  /// Token ids: the int64 tensors of the table (tokens and labels).
+  bool isIds(StringRef name) const {
+    auto it = chunk.tensors.find(name.str());
+    return it != chunk.tensors.end() && it->second.dtype == DType::Int64;
+  }
+  /// A declared operand's shape: a parameter's (or its gradient's) is the shard's.
+  OperandShape shapeOf(StringRef name) const;
   /// Number of dimensions of a declared operand.
-  size_t rankOf(StringRef name) const;
+  size_t rankOf(StringRef name) const { return shapeOf(name).shape.size(); }
 
   void checkTable();
+  void checkEntry(const std::string &name, const TensorType &type);
+  void checkBoundaries();
   void requireEntry(StringRef name, StringRef why);
+  void requireShape(StringRef name, llvm::ArrayRef<int64_t> shape, StringRef form);
   // Paths are built only for a message: verifying a large plan visits many thousands of ops.
   void checkOp(const Op &op, StringRef list, size_t index, bool backward);
   void checkAttrs(const Op &op, llvm::function_ref<std::string()> opPath);
+  void checkInputRoles(const Op &op, llvm::function_ref<std::string()> opPath, bool &gradient);
+  void checkOutputRoles(const Op &op, llvm::function_ref<std::string()> opPath, bool gradient);
+  void checkShapes(const Op &op, llvm::function_ref<std::string()> opPath);
   void requireWritten(StringRef name, StringRef list, StringRef why);
 
   ReadContext &ctx;
   const RankPlan &plan;
   const Chunk &chunk;
   std::string path;
-  const llvm::StringMap<const ParamShard *> &params;
+  const ParamShapes &params;
   llvm::StringSet<> &gradsWritten;
   llvm::StringSet<> defined;
+  /// The defined tensors that hold gradients: the backward's seed and what is computed
+  /// from it.
+  llvm::StringSet<> gradients;
+  // What a recv wrote: a value or a gradient as the peer sent it, which one rank's plan cannot
+  // tell (ring attention passes keys and values, then their gradients), so no role rule reads it.
+  llvm::StringSet<> received;
 };
 
-size_t ChunkFlow::rankOf(StringRef name) const {
+OperandShape ChunkFlow::shapeOf(StringRef name) const {
   auto param = params.find(isParamGrad(name) ? name.drop_back(5) : name);
   if (param != params.end())
-    return param->second->shape.size();
-  return chunk.tensors.at(name.str()).shape.size();
+    return {name, param->second};
+  return {name, chunk.tensors.at(name.str()).shape};
 }
 
 void ChunkFlow::requireEntry(StringRef name, StringRef why) {
@@ -67,19 +91,83 @@ void ChunkFlow::requireEntry(StringRef name, StringRef why) {
     ctx.fail(fieldPath(path, "tensors"), "has no entry for '" + name + "', " + why);
 }
 
+/// One entry of the tensor table: its name, dims, size and dtype (ids are int64 and named
+/// tokens or labels; every other tensor is in the model dtype, fp32 or the gradient dtype).
+void ChunkFlow::checkEntry(const std::string &name, const TensorType &type) {
+  auto entry = [&] { return entryPath(fieldPath(path, "tensors"), name); };
+  if (name.empty())
+    ctx.fail(entry(), "a tensor needs a name");
+  else if (isParam(name) || isParamGrad(name))
+    ctx.fail(entry(), "'" + name + "' is a parameter or a parameter gradient, which are " +
+                          "declared by \"params\"; rename the tensor");
+  for (size_t d = 0; d < type.shape.size(); ++d)
+    if (type.shape[d] < 1)
+      ctx.fail(indexPath(fieldPath(entry(), "shape"), d),
+               "must be at least 1, got " + Twine(type.shape[d]));
+  if (!ctx.failed() && !elementCount(type.shape))
+    ctx.fail(fieldPath(entry(), "shape"), shapeText(type.shape) + " holds more than 2^48 " +
+                                              "elements, the most a tensor may hold");
+  bool ids = name == "tokens" || name == "labels";
+  // Activations are in the model dtype; logits, the loss and gradient sums may be in fp32 or
+  // the gradient dtype (Megatron's fp32 logits and main gradients).
+  llvm::SmallVector<StringRef, 3> floats;
+  for (DType allowed : {plan.model.dtype, DType::FP32, plan.train.gradDtype})
+    if (!llvm::is_contained(floats, spelling(allowed)))
+      floats.push_back(spelling(allowed));
+  DType dtype = type.dtype;
+  if (ids != (dtype == DType::Int64))
+    ctx.fail(fieldPath(entry(), "dtype"),
+             ids ? "token ids are int64"
+                 : "int64 is the dtype of token ids (tokens and labels) only; expected " +
+                       llvm::join(floats, " or "));
+  else if (!ids && !llvm::is_contained(floats, spelling(dtype)))
+    ctx.fail(fieldPath(entry(), "dtype"),
+             spelling(dtype) + " is none of the model, fp32 and gradient dtypes: expected " +
+                 llvm::join(floats, " or "));
+}
+
+void ChunkFlow::requireShape(StringRef name, llvm::ArrayRef<int64_t> shape, StringRef form) {
+  auto it = chunk.tensors.find(name.str());
+  if (!ctx.failed() && it != chunk.tensors.end() && llvm::ArrayRef<int64_t>(it->second.shape) != shape)
+    ctx.fail(fieldPath(entryPath(fieldPath(path, "tensors"), name), "shape"),
+             shapeText(it->second.shape) + " is not " + form + " = " + shapeText(shape) +
+                 " of the model and parallel summaries");
+}
+
+/// What crosses the chunk's edges has the shape the summaries give, so that the peers of a
+/// transfer and load_batch agree on sizes: ids [micro_batch, seq / cp], activations and their
+/// gradients [seq / cp (/ tp with sequence parallelism), micro_batch, hidden].
+void ChunkFlow::checkBoundaries() {
+  const ParallelSummary &p = plan.parallel;
+  if (p.cp < 1 || plan.model.seq % p.cp != 0) {
+    ctx.fail("parallel.cp", "context parallelism splits seq = " + Twine(plan.model.seq) +
+                                " over cp = " + Twine(p.cp) + ", which does not divide it");
+    return;
+  }
+  int64_t seq = plan.model.seq / p.cp; // this rank's positions
+  if (p.sequenceParallel && seq % p.tp != 0) {
+    ctx.fail("model.seq", "sequence parallelism splits seq / cp = " + Twine(seq) + " over tp = " +
+                              Twine(p.tp) + ", which does not divide it");
+    return;
+  }
+  int64_t rows = p.sequenceParallel ? seq / p.tp : seq;
+  std::vector<int64_t> activation = {rows, p.microBatch, plan.model.hidden};
+  StringRef form = p.sequenceParallel ? "[seq / cp / tp, micro_batch, hidden]"
+                                      : "[seq / cp, micro_batch, hidden]";
+  for (const std::string *name : {&chunk.input, &chunk.output})
+    if (!name->empty()) {
+      requireShape(*name, activation, form);
+      requireShape(gradName(*name), activation, form);
+    }
+  for (StringRef name : {"tokens", "labels"})
+    requireShape(name, {p.microBatch, seq}, "[micro_batch, seq / cp]");
+}
+
 void ChunkFlow::checkTable() {
-  std::string tablePath = fieldPath(path, "tensors");
   for (const auto &[name, type] : chunk.tensors) {
-    auto entry = [&, &name = name] { return entryPath(tablePath, name); };
-    if (name.empty())
-      ctx.fail(entry(), "a tensor needs a name");
-    else if (isParam(name) || isParamGrad(name))
-      ctx.fail(entry(), "'" + name + "' is a parameter or a parameter gradient, which are " +
-                            "declared by \"params\"; rename the tensor");
-    for (size_t d = 0; d < type.shape.size(); ++d)
-      if (type.shape[d] < 1)
-        ctx.fail(indexPath(fieldPath(entry(), "shape"), d),
-                 "must be at least 1, got " + Twine(type.shape[d]));
+    checkEntry(name, type);
+    if (ctx.failed())
+      return;
   }
   if (!chunk.input.empty()) {
     requireEntry(chunk.input, "the activation it receives");
@@ -101,12 +189,11 @@ void ChunkFlow::checkTable() {
     if (ctx.failed() || it == chunk.tensors.end())
       return;
     bool batchInput = StringRef(name) == "tokens" || StringRef(name) == "labels";
-    if (batchInput && it->second.dtype != DType::Int64)
-      ctx.fail(fieldPath(entryPath(tablePath, name), "dtype"), "token ids are int64");
     if (!batchInput && !it->second.shape.empty())
-      ctx.fail(fieldPath(entryPath(tablePath, name), "shape"),
+      ctx.fail(fieldPath(entryPath(fieldPath(path, "tensors"), name), "shape"),
                "the loss is a scalar: its shape is []");
   }
+  checkBoundaries();
 }
 
 void ChunkFlow::checkAttrs(const Op &op, llvm::function_ref<std::string()> opPath) {
@@ -148,7 +235,7 @@ void ChunkFlow::checkAttrs(const Op &op, llvm::function_ref<std::string()> opPat
       int64_t offset = op.intAttr(name);
       const std::vector<int64_t> &shape = chunk.tensors.at(op.inputs.front()).shape;
       int64_t rows = shape.empty() ? 0 : shape.front();
-      if (offset < 0 || offset + rows > plan.model.seq)
+      if (offset < 0 || rows > plan.model.seq || offset > plan.model.seq - rows)
         ctx.fail(attrPath(), "rows " + Twine(offset) + " to " + Twine(offset + rows) +
                                  " lie outside the sequence of " + Twine(plan.model.seq));
     } else if (name == "dim") {
@@ -213,6 +300,99 @@ void ChunkFlow::checkOp(const Op &op, StringRef list, size_t index, bool backwar
   }
   if (!ctx.failed())
     checkAttrs(op, opPath);
+  bool gradient = false;
+  if (!ctx.failed())
+    checkInputRoles(op, opPath, gradient);
+  if (!ctx.failed())
+    checkOutputRoles(op, opPath, gradient);
+  if (!ctx.failed())
+    checkShapes(op, opPath);
+}
+
+/// The roles of OpInfo: which operands are values, parameters, ids or gradients. Sets
+/// `gradient` when the op's 'u' inputs are gradients.
+void ChunkFlow::checkInputRoles(const Op &op, llvm::function_ref<std::string()> opPath,
+                                bool &gradient) {
+  const OpInfo &info = opInfo(op.kind);
+  std::optional<bool> uniform;
+  for (size_t j = 0; j < op.inputs.size() && !ctx.failed(); ++j) {
+    const std::string &name = op.inputs[j];
+    auto operand = [&] { return indexPath(fieldPath(opPath(), "inputs"), j); };
+    char role = info.inputRole(j);
+    bool isGradient = gradients.count(name);
+    if (received.count(name) && (role == 'v' || role == 'g' || role == 'u'))
+      continue;
+    if (role == 'i' || isIds(name)) {
+      if (role != 'i')
+        ctx.fail(operand(), "'" + name + "' holds token ids, which only the ids operand of " +
+                                "embedding, embedding_bwd, cross_entropy and " +
+                                "cross_entropy_bwd reads");
+      else if (!isIds(name))
+        ctx.fail(operand(), "'" + name + "' is not token ids (the int64 tokens or labels)");
+    } else if (role == 'p' && !isParam(name)) {
+      ctx.fail(operand(), "'" + name + "' is not a parameter, where '" + spelling(op.kind) +
+                              "' takes one (a weight this rank owns)");
+    } else if (role == 'v' && isGradient) {
+      ctx.fail(operand(), "'" + name + "' is a gradient, where '" + spelling(op.kind) +
+                              "' takes a value (an activation or a parameter); are the inputs "
+                              "swapped?");
+    } else if (role == 'g' && !isGradient) {
+      ctx.fail(operand(), "'" + name + "' is not a gradient, where '" + spelling(op.kind) +
+                              "' takes one; are the inputs swapped?");
+    } else if (role == 'u') {
+      if (uniform && *uniform != isGradient)
+        ctx.fail(operand(), "'" + name + "' is " + (isGradient ? "a gradient" : "a value") +
+                                " but input 0 is " + (isGradient ? "a value" : "a gradient") +
+                                "; '" + spelling(op.kind) + "' combines either values or "
+                                "gradients");
+      uniform = isGradient;
+    }
+  }
+  gradient = uniform.value_or(false);
+}
+
+void ChunkFlow::checkOutputRoles(const Op &op, llvm::function_ref<std::string()> opPath,
+                                 bool gradient) {
+  const OpInfo &info = opInfo(op.kind);
+  for (size_t j = 0; j < op.outputs.size() && !ctx.failed(); ++j) {
+    const std::string &name = op.outputs[j];
+    auto operand = [&] { return indexPath(fieldPath(opPath(), "outputs"), j); };
+    char role = info.outputRole(j);
+    bool paramGrad = isParamGrad(name);
+    if (isIds(name)) {
+      ctx.fail(operand(), "'" + name + "' is declared int64; ops write only floating-point "
+                                       "tensors");
+    } else if (role == 'v' || (role == 'u' && !gradient)) {
+      if (paramGrad)
+        ctx.fail(operand(), "'" + spelling(op.kind) + "' computes a value here, not the " +
+                                "parameter gradient '" + name + "'");
+    } else if (role == 'g' && paramGrad) {
+      ctx.fail(operand(), "'" + name + "' is a parameter gradient, where '" + spelling(op.kind) +
+                              "' computes the gradient of an activation");
+    } else if (llvm::isDigit(role)) {
+      // A parameter's gradient may also go to a tensor that a later op sums into it.
+      const std::string &of = op.inputs[size_t(role - '0')];
+      if (paramGrad && name != gradName(of))
+        ctx.fail(operand(), "'" + spelling(op.kind) + "' writes the gradient of input " +
+                                Twine(role - '0') + ", '" + of + "', here: expected " +
+                                (isParam(of) ? "'" + gradName(of) + "' or a tensor"
+                                             : std::string("an activation's gradient")) +
+                                ", got the parameter gradient '" + name + "'");
+    }
+    if (op.kind == OpKind::Recv)
+      received.insert(name);
+    else if (role != 'v' && (role != 'u' || gradient))
+      gradients.insert(name);
+  }
+}
+
+void ChunkFlow::checkShapes(const Op &op, llvm::function_ref<std::string()> opPath) {
+  llvm::SmallVector<OperandShape, 4> inputs, outputs;
+  for (const std::string &name : op.inputs)
+    inputs.push_back(shapeOf(name));
+  for (const std::string &name : op.outputs)
+    outputs.push_back(shapeOf(name));
+  checkOpShapes(ctx, plan, op, inputs, outputs, opPath);
 }
 
 void ChunkFlow::requireWritten(StringRef name, StringRef list, StringRef why) {
@@ -236,7 +416,9 @@ void ChunkFlow::run() {
     requireWritten("loss", "forward", "the loss the head chunk must compute");
   else
     requireWritten(chunk.output, "forward", "the activation the chunk sends");
-  defined.insert(chunk.hasHead ? "loss.grad" : gradName(chunk.output));
+  std::string seed = chunk.hasHead ? "loss.grad" : gradName(chunk.output);
+  defined.insert(seed);
+  gradients.insert(seed);
   for (size_t i = 0; i < chunk.backward.size() && !ctx.failed(); ++i)
     checkOp(chunk.backward[i], "backward", i, /*backward=*/true);
   if (!chunk.input.empty())
@@ -298,9 +480,9 @@ bool checkOpSignature(ReadContext &ctx, const Op &op, llvm::function_ref<std::st
 }
 
 void checkDataflow(ReadContext &ctx, const RankPlan &plan) {
-  llvm::StringMap<const ParamShard *> params;
+  ParamShapes params;
   for (const ParamShard &param : plan.params)
-    params[param.name] = &param;
+    params[param.name] = param.localShape();
   llvm::StringSet<> gradsWritten;
   for (size_t i = 0; i < plan.chunks.size() && !ctx.failed(); ++i)
     ChunkFlow(ctx, plan, plan.chunks[i], indexPath("chunks", i), params, gradsWritten).run();

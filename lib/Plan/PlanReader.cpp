@@ -7,6 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "parc/Support/FileInput.h"
+#include "parc/Support/Limits.h"
 #include "parc/Plan/JSONReader.h"
 #include "parc/Plan/PlanJSON.h"
 
@@ -325,36 +327,11 @@ bool readRankEntry(ReadContext &ctx, const json::Value &value, const std::string
   return r.finish();
 }
 
-/// Nesting deeper than any plan has is refused before json::parse, whose recursion would
-/// otherwise let a hostile file exhaust the stack.
-bool nestedTooDeep(StringRef text, unsigned limit) {
-  unsigned depth = 0;
-  bool inString = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    char c = text[i];
-    if (inString) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        inString = false;
-    } else if (c == '"') {
-      inString = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit)
-        return true;
-    } else if ((c == ']' || c == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return false;
-}
-
 Expected<json::Value> parseText(StringRef text, StringRef document) {
-  constexpr unsigned MaxDepth = 64;
-  if (nestedTooDeep(text, MaxDepth))
+  if (jsonTooDeepAt(text, unsigned(limits::MaxJSONDepth)) != StringRef::npos)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "%s: malformed JSON: nested deeper than %u levels",
-                                   document.str().c_str(), MaxDepth);
+                                   document.str().c_str(), unsigned(limits::MaxJSONDepth));
   Expected<json::Value> value = json::parse(text);
   if (!value)
     return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s: malformed JSON: %s",
@@ -363,12 +340,13 @@ Expected<json::Value> parseText(StringRef text, StringRef document) {
   return value;
 }
 
-template <typename T> Expected<T> readFile(StringRef path, Expected<T> (*parse)(StringRef)) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
-      llvm::MemoryBuffer::getFile(path, /*IsText=*/true);
+template <typename T>
+Expected<T> readFile(StringRef path, llvm::function_ref<Expected<T>(StringRef)> parse) {
+  Expected<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+      readRegularFile(path, limits::MaxPlanFileBytes);
   if (!buffer)
-    return llvm::createStringError(buffer.getError(), "%s: cannot read: %s", path.str().c_str(),
-                                   buffer.getError().message().c_str());
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s: cannot read: %s",
+                                   path.str().c_str(), llvm::toString(buffer.takeError()).c_str());
   Expected<T> result = parse((*buffer)->getBuffer());
   if (!result)
     return llvm::createStringError(llvm::inconvertibleErrorCode(), "%s: %s", path.str().c_str(),
@@ -378,7 +356,7 @@ template <typename T> Expected<T> readFile(StringRef path, Expected<T> (*parse)(
 
 } // namespace
 
-Expected<RankPlan> rankPlanFromJSON(const json::Value &value) {
+Expected<RankPlan> rankPlanFromJSON(const json::Value &value, const Manifest *manifest) {
   ReadContext ctx("rank plan");
   ObjectReader root(ctx, value, "");
   RankPlan plan;
@@ -402,6 +380,9 @@ Expected<RankPlan> rankPlanFromJSON(const json::Value &value) {
   }
   if (ctx.failed())
     return ctx.takeError();
+  if (manifest)
+    if (llvm::Error error = verifyPlanMatchesManifest(*manifest, plan))
+      return {std::move(error)};
   if (llvm::Error error = verifyRankPlan(plan))
     return {std::move(error)};
   return plan;
@@ -428,11 +409,11 @@ Expected<Manifest> manifestFromJSON(const json::Value &value) {
   return manifest;
 }
 
-Expected<RankPlan> parseRankPlan(StringRef text) {
+Expected<RankPlan> parseRankPlan(StringRef text, const Manifest *manifest) {
   Expected<json::Value> value = parseText(text, "rank plan");
   if (!value)
     return value.takeError();
-  return rankPlanFromJSON(*value);
+  return rankPlanFromJSON(*value, manifest);
 }
 
 Expected<Manifest> parseManifest(StringRef text) {
@@ -442,8 +423,12 @@ Expected<Manifest> parseManifest(StringRef text) {
   return manifestFromJSON(*value);
 }
 
-Expected<RankPlan> readRankPlan(StringRef path) { return readFile(path, parseRankPlan); }
+Expected<RankPlan> readRankPlan(StringRef path, const Manifest *manifest) {
+  return readFile<RankPlan>(path, [&](StringRef text) { return parseRankPlan(text, manifest); });
+}
 
-Expected<Manifest> readManifest(StringRef path) { return readFile(path, parseManifest); }
+Expected<Manifest> readManifest(StringRef path) {
+  return readFile<Manifest>(path, [](StringRef text) { return parseManifest(text); });
+}
 
 } // namespace parc::plan

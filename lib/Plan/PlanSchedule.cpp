@@ -1,4 +1,4 @@
-//===- PlanSchedule.cpp - The step schedule and the set of rank plans -----===//
+//===- PlanSchedule.cpp - The step schedule of one rank plan --------------===//
 //
 // The schedule is checked per rank: every (chunk, microbatch) runs forward and backward once
 // and in that order, transfers go to the neighbouring virtual stages, collectives name
@@ -291,73 +291,3 @@ void checkSchedule(ReadContext &ctx, const RankPlan &plan) {
 }
 
 } // namespace parc::plan::detail
-
-namespace parc::plan {
-
-std::string canonicalText(const Manifest &manifest) {
-  llvm::json::Value value = toJSON(manifest);
-  value.getAsObject()->erase("plan_id");
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << value;
-  return os.str();
-}
-
-std::string computeJobPlanId(const Manifest &manifest) {
-  // The placement of ranks follows from the summaries (and verifyPlanSet checks it against the
-  // plans), so the id hashes the job description alone.
-  llvm::json::Value value = toJSON(manifest);
-  value.getAsObject()->erase("plan_id");
-  value.getAsObject()->erase("ranks");
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  os << value;
-  return computePlanId({CompilerVersion.str(), os.str()});
-}
-
-llvm::Error verifyPlanSet(const Manifest &manifest, llvm::ArrayRef<RankPlan> plans) {
-  detail::ReadContext ctx("plan set");
-  if (int64_t(plans.size()) != manifest.world) {
-    ctx.fail("", "the manifest describes " + Twine(manifest.world) + " ranks but " +
-                     Twine(plans.size()) + " rank plans were given");
-    return ctx.takeError();
-  }
-  std::string id = computeJobPlanId(manifest);
-  if (id != manifest.planId) {
-    ctx.fail("plan_id", "the manifest's job hashes to " + id + ", not " + manifest.planId +
-                            "; the manifest was changed after compilation or comes from a " +
-                            "release other than " + CompilerVersion);
-    return ctx.takeError();
-  }
-  llvm::json::Value manifestJSON = toJSON(manifest);
-  const llvm::json::Object &summary = *manifestJSON.getAsObject();
-  for (size_t r = 0; r < plans.size() && !ctx.failed(); ++r) {
-    const RankPlan &plan = plans[r];
-    const RankEntry &entry = manifest.ranks[r];
-    std::string where = "rank plan " + entry.file + ": ";
-    if (plan.rank != int64_t(r) || plan.node != entry.node || plan.localRank != entry.localRank ||
-        plan.coords.tp != entry.coords.tp || plan.coords.pp != entry.coords.pp ||
-        plan.coords.dp != entry.coords.dp)
-      ctx.fail("", where +
-                       "its rank, node, local_rank or coords differ from the manifest's "
-                       "entry for rank " +
-                       Twine(r));
-    else if (plan.planId != manifest.planId)
-      ctx.fail("", where + "plan_id \"" + plan.planId + "\" differs from the manifest's \"" +
-                       manifest.planId + "\"; the files come from different compilations");
-    // Only the summaries are compared, so only they are converted to JSON.
-    RankPlan summaries;
-    summaries.world = plan.world;
-    summaries.model = plan.model;
-    summaries.cluster = plan.cluster;
-    summaries.parallel = plan.parallel;
-    summaries.train = plan.train;
-    llvm::json::Value planJSON = toJSON(summaries);
-    for (StringRef key : {"world", "model", "cluster", "parallel", "train"})
-      if (!ctx.failed() && *planJSON.getAsObject()->get(key) != *summary.get(key))
-        ctx.fail("", where + "its \"" + key + "\" differs from the manifest's");
-  }
-  return ctx.takeError();
-}
-
-} // namespace parc::plan

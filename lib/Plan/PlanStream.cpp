@@ -373,7 +373,8 @@ void chunk(JSONWriter &json, const Chunk &c) {
     json.attribute("output", c.output);
     json.attributeObject("tensors", [&] {
       for (const auto &[name, type] : c.tensors)
-        json.attributeObject(name, [&] {
+        // A lambda captures a structured binding only from C++20 on; this is C++17.
+        json.attributeObject(name, [&, &type = type] {
           json.attribute("dtype", type.dtype);
           intList(json, "shape", type.shape);
         });

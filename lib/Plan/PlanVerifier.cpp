@@ -12,6 +12,7 @@
 #include "PlanVerifierInternal.h"
 #include "parc/Plan/PlanJSON.h"
 #include "parc/Support/CheckedInt.h"
+#include "parc/Support/Limits.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 
 using llvm::Twine;
 
@@ -43,6 +45,12 @@ std::string coordsText(const Coords &c) {
 void atLeast(ReadContext &ctx, llvm::StringRef path, int64_t value, int64_t min) {
   if (value < min)
     ctx.fail(path, "must be at least " + Twine(min) + ", got " + Twine(value));
+}
+
+/// A size of the job no larger than the compiler's limit for it (parc/Support/Limits.h).
+void atMost(ReadContext &ctx, llvm::StringRef path, int64_t value, int64_t max) {
+  if (value > max)
+    ctx.fail(path, Twine(value) + " is more than the limit of " + Twine(max));
 }
 
 void inRange(ReadContext &ctx, llvm::StringRef path, int64_t value, int64_t end,
@@ -72,6 +80,16 @@ void checkModel(ReadContext &ctx, const std::string &path, const ModelSummary &m
                             {"ffn", m.ffn},
                             {"layers", m.layers}})
     atLeast(ctx, fieldPath(path, key), value, 1);
+  for (auto [key, value, max] : {std::tuple{"vocab", m.vocab, limits::MaxVocab},
+                                 {"padded_vocab", m.paddedVocab, limits::MaxVocab + 128 * limits::MaxWorld},
+                                 {"seq", m.seq, limits::MaxSeq},
+                                 {"hidden", m.hidden, limits::MaxHidden},
+                                 {"heads", m.heads, limits::MaxHeads},
+                                 {"kv_heads", m.kvHeads, limits::MaxHeads},
+                                 {"head_dim", m.headDim, limits::MaxHidden},
+                                 {"ffn", m.ffn, limits::MaxFFN},
+                                 {"layers", m.layers, limits::MaxBlocks}})
+    atMost(ctx, fieldPath(path, key), value, max);
   if (ctx.failed())
     return;
   if (m.heads % m.kvHeads != 0)
@@ -172,6 +190,15 @@ bool checkJob(ReadContext &ctx, int64_t world, const ModelSummary &model,
                             {"parallel.micro_batch", p.microBatch},
                             {"parallel.microbatches", p.microbatches}})
     atLeast(ctx, key, value, 1);
+  for (auto [key, value, max] : {std::tuple{"world", world, limits::MaxWorld},
+                                 {"cluster.nodes", cluster.nodes, limits::MaxNodes},
+                                 {"cluster.gpus_per_node", cluster.gpusPerNode,
+                                  limits::MaxGpusPerNode},
+                                 {"parallel.chunks", p.chunks, limits::MaxBlocks},
+                                 {"parallel.micro_batch", p.microBatch, limits::MaxMicroBatch},
+                                 {"parallel.microbatches", p.microbatches,
+                                  limits::MaxMicrobatches}})
+    atMost(ctx, key, value, max);
   if (ctx.failed())
     return false;
   std::optional<int64_t> gpus = checkedMul(cluster.nodes, cluster.gpusPerNode);
@@ -294,8 +321,9 @@ void checkParams(ReadContext &ctx, const RankPlan &plan) {
                                               "names gradients in op lists; rename it");
     else if (!names.insert(param.name).second)
       ctx.fail(fieldPath(path(), "name"), "parameter '" + param.name + "' is listed twice");
-    if (param.dtype == DType::Int64)
-      ctx.fail(fieldPath(path(), "dtype"), "parameters are floating point; use the model dtype");
+    if (param.dtype != plan.model.dtype)
+      ctx.fail(fieldPath(path(), "dtype"), spelling(param.dtype) + " is not the model dtype, " +
+                                               spelling(plan.model.dtype));
     if (param.shape.empty())
       ctx.fail(fieldPath(path(), "shape"), "a parameter has at least one dimension");
     for (size_t d = 0; d < param.shape.size(); ++d)
@@ -305,6 +333,16 @@ void checkParams(ReadContext &ctx, const RankPlan &plan) {
       ctx.fail(fieldPath(path(), "slice"), "has " + Twine(param.slice.size()) +
                                                " entries but the shape has " +
                                                Twine(param.shape.size()) + " dimensions");
+    if (!ctx.failed() && !elementCount(param.shape))
+      ctx.fail(fieldPath(path(), "shape"), shapeText(param.shape) + " holds more than 2^48 " +
+                                               "elements, the most a tensor may hold");
+    if (!ctx.failed() && param.kind == ShardKind::Vocab &&
+        (param.shape.size() != 2 || param.shape[0] != plan.model.paddedVocab ||
+         param.shape[1] != plan.model.hidden))
+      ctx.fail(fieldPath(path(), "shape"),
+               "a vocab parameter is the table [padded_vocab, hidden] = [" +
+                   Twine(plan.model.paddedVocab) + ", " + Twine(plan.model.hidden) + "], got " +
+                   shapeText(param.shape));
     if (ctx.failed())
       return;
     size_t rank = param.shape.size();
@@ -329,11 +367,17 @@ void checkParams(ReadContext &ctx, const RankPlan &plan) {
         !(param.init.std > 0 && std::isfinite(param.init.std)))
       ctx.fail(fieldPath(path(), "init.std"),
                "must be positive, got " + numberText(param.init.std));
-    if (param.init.kind == InitKind::Normal &&
-        (param.init.rows < 0 || (!param.shape.empty() && param.init.rows > param.shape[0])))
+    // Only the vocabulary's padding starts at zero: rows other than the model's vocabulary
+    // would train another model with exit 0.
+    bool padded = param.kind == ShardKind::Vocab && plan.model.vocab < plan.model.paddedVocab;
+    int64_t rows = padded ? plan.model.vocab : 0;
+    if (param.init.kind == InitKind::Normal && param.init.rows != rows)
       ctx.fail(fieldPath(path(), "init.rows"),
-               "must be between 0 (all) and the " + Twine(param.shape.empty() ? 0 : param.shape[0]) +
-                   " rows of dim 0, got " + Twine(param.init.rows));
+               padded ? "expected " + Twine(rows) + ", the model's vocabulary (model.vocab) within " +
+                            "the padded " + Twine(plan.model.paddedVocab) + ", got " +
+                            Twine(param.init.rows)
+                      : "expected 0 (every row drawn): only a padded vocabulary table starts " +
+                            Twine("rows at zero, got ") + Twine(param.init.rows));
   }
 }
 
@@ -377,11 +421,22 @@ void checkChunkLayout(ReadContext &ctx, const RankPlan &plan) {
   }
 }
 
+/// Ops and instructions within MaxPlanEntries, before any check walks them.
+bool checkPlanSize(ReadContext &ctx, const RankPlan &plan) {
+  int64_t entries = int64_t(plan.schedule.size());
+  for (const Chunk &chunk : plan.chunks)
+    entries += int64_t(chunk.forward.size() + chunk.backward.size());
+  if (entries <= limits::MaxPlanEntries)
+    return true;
+  return ctx.fail("", "holds " + Twine(entries) + " ops and instructions, more than the limit " +
+                          "of " + Twine(limits::MaxPlanEntries) + " per rank plan");
+}
+
 } // namespace
 
 llvm::Error verifyRankPlan(const RankPlan &plan) {
   ReadContext ctx("rank plan");
-  if (checkPlanId(ctx, plan.planId) &&
+  if (checkPlanId(ctx, plan.planId) && checkPlanSize(ctx, plan) &&
       checkJob(ctx, plan.world, plan.model, plan.cluster, plan.parallel, plan.train) &&
       checkPlacement(ctx, "", plan.rank, plan.node, plan.localRank, plan.coords, plan.world,
                      plan.cluster, plan.parallel)) {

@@ -37,6 +37,27 @@ bool checkPlacement(ReadContext &ctx, const std::string &path, int64_t rank, int
 /// plans it read, checked again for plans built in memory.
 bool checkOpSignature(ReadContext &ctx, const Op &op, llvm::function_ref<std::string()> opPath);
 
+/// The most elements a tensor or parameter shard may hold: 2^48, so that its size in bytes
+/// at any element type fits 64 bits with room to spare.
+inline constexpr int64_t MaxTensorElements = int64_t(1) << 48;
+/// "[64, 2, 128]".
+std::string shapeText(llvm::ArrayRef<int64_t> shape);
+/// The number of elements of `shape`; nothing when a dimension is negative or the count
+/// exceeds MaxTensorElements.
+std::optional<int64_t> elementCount(llvm::ArrayRef<int64_t> shape);
+
+/// An operand as the shape rules see it: its name and its shape (a parameter's or a
+/// parameter gradient's is the shard's local shape).
+struct OperandShape {
+  llvm::StringRef name;
+  llvm::ArrayRef<int64_t> shape;
+};
+/// The shapes `op`'s kind requires of its operands (PlanShapes.cpp). Needs the signature
+/// and the attributes checked.
+void checkOpShapes(ReadContext &ctx, const RankPlan &plan, const Op &op,
+                   llvm::ArrayRef<OperandShape> inputs, llvm::ArrayRef<OperandShape> outputs,
+                   llvm::function_ref<std::string()> opPath);
+
 /// The tensor tables and op lists of every chunk (PlanDataflow.cpp). Needs valid params and
 /// chunk layout.
 void checkDataflow(ReadContext &ctx, const RankPlan &plan);

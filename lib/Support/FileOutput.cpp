@@ -2,6 +2,10 @@
 
 #include "parc/Support/FileOutput.h"
 
+#include <cerrno>
+#include <fcntl.h>
+#include <unistd.h>
+
 namespace parc {
 
 llvm::Error writeFile(llvm::StringRef path, llvm::function_ref<void(llvm::raw_ostream &)> write,
@@ -20,6 +24,28 @@ llvm::Error writeFile(llvm::StringRef path, llvm::function_ref<void(llvm::raw_os
                                    writeError.message().c_str());
   }
   return llvm::Error::success();
+}
+
+std::error_code syncToDisk(llvm::StringRef path) {
+  int fd = ::open(path.str().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return std::error_code(errno, std::generic_category());
+  std::error_code result;
+  if (::fsync(fd) != 0)
+    result = std::error_code(errno, std::generic_category());
+  ::close(fd);
+  return result;
+}
+
+bool finishStandardOutput(llvm::StringRef tool) {
+  llvm::raw_fd_ostream &out = llvm::outs();
+  out.flush();
+  if (!out.has_error())
+    return true;
+  std::error_code error = out.error();
+  out.clear_error();
+  llvm::errs() << tool << ": error: cannot write standard output: " << error.message() << "\n";
+  return false;
 }
 
 } // namespace parc

@@ -1,48 +1,38 @@
-//===- Checkpoint.cpp - Save and restore a rank's training state ----------===//
+//===- Checkpoint.cpp - parrun --save: write a rank's training state ------===//
+//
+// Reading it back is CheckpointLoad.cpp; what both agree on is CheckpointFormat.h.
+//
+//===----------------------------------------------------------------------===//
 
 #include "parc/Runtime/Checkpoint.h"
 
+#include "CheckpointFormat.h"
 #include "Devices.h"
-#include "parc/Plan/JSONReader.h"
-#include "parc/Runtime/Executor.h"
+#include "parc/Support/FileInput.h"
 #include "parc/Support/FileOutput.h"
 
-#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Format.h"
-#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
-#include "llvm/Support/raw_ostream.h"
 
 #include <cmath>
-#include <map>
-#include <stdexcept>
+#include <limits>
 
 namespace parc::runtime {
 
+using namespace checkpoint;
+
 namespace {
 
-constexpr llvm::StringLiteral ManifestFormat = "parrun-checkpoint/1";
-constexpr llvm::StringLiteral RankFormat = "parrun-checkpoint-rank/1";
-
-std::string rankFileName(int64_t rank) {
-  std::string name;
-  llvm::raw_string_ostream(name) << llvm::format("rank-%05lld.ckpt", (long long)rank);
-  return name;
-}
-
-std::string join(llvm::StringRef dir, llvm::StringRef name) {
-  llvm::SmallString<256> path(dir);
-  llvm::sys::path::append(path, name);
-  return std::string(path);
-}
-
-/// Every rank learns the first rank's failure (in rank order), or nothing.
-void agreeOnFailure(Communicator &comm, const std::string &mine, llvm::StringRef what) {
+/// The same for a save: a failed write is exit 2, and the incomplete DIR.partial goes. Every
+/// rank removes it, since every rank has stopped writing into it once they agree, and the
+/// first rank to throw ends the others' waits (so rank 0 alone might never get here).
+void agreeOnSaveFailure(Communicator &comm, const std::string &mine, llvm::StringRef what,
+                        llvm::StringRef partial) {
   for (const std::string &failure : comm.agree(mine))
-    if (!failure.empty())
-      throw AgreedError(what.str() + ": " + failure);
+    if (!failure.empty()) {
+      llvm::sys::fs::remove_directories(partial, /*IgnoreErrors=*/true);
+      throw AgreedError(what.str() + ": " + failure, ExitWriteFailed);
+    }
 }
 
 /// writeFile's error as text, empty when there is none (agreeOnFailure's currency).
@@ -51,42 +41,6 @@ std::string writeFileOrFailure(llvm::StringRef path,
   if (llvm::Error error = writeFile(path, write))
     return llvm::toString(std::move(error));
   return "";
-}
-
-/// One buffer of a rank's file: whose, what, and where it lives on the device.
-struct Section {
-  std::string owner; // a shard's name, or "partition N"
-  std::string kind;  // value, master, moment1, moment2, owned
-  void *data = nullptr;
-  size_t bytes = 0;
-};
-
-/// The buffers a rank's file holds: each shard's values unless released, its optimizer state
-/// (where allocated, or with `unallocatedState` also where not yet, at a null address), and
-/// the owned range of each released partition.
-template <typename D>
-std::vector<Section> sectionsOf(ParamStore<D> &params, bool unallocatedState = false) {
-  using T = typename D::Value;
-  using OptState = typename D::OptState;
-  std::vector<Section> sections;
-  for (auto &param : params.all()) {
-    const std::string &name = param.shard->name;
-    if (param.value)
-      sections.push_back({name, "value", param.value, size_t(param.numel) * sizeof(T)});
-    size_t stateBytes = size_t(param.ownedCount()) * sizeof(OptState);
-    for (auto [kind, buffer] : {std::pair{"master", &param.master},
-                                {"moment1", &param.moment1},
-                                {"moment2", &param.moment2}})
-      if (buffer->allocated() || unallocatedState)
-        sections.push_back(
-            {name, kind, buffer->allocated() ? buffer->data() : nullptr, stateBytes});
-  }
-  auto &parts = params.partitions();
-  for (size_t p = 0; p < parts.size(); ++p)
-    if (!parts[p].weights.allocated())
-      sections.push_back({"partition " + std::to_string(p), "owned", parts[p].owned.data(),
-                          size_t(parts[p].perMember) * sizeof(T)});
-  return sections;
 }
 
 template <typename D>
@@ -119,7 +73,7 @@ llvm::json::Value finiteOrNull(double value) {
 }
 
 std::string manifestText(const plan::RankPlan &plan, const CheckpointRun &run,
-                         const CheckpointState &state) {
+                         const CheckpointState &state, llvm::ArrayRef<FileDigest> files) {
   llvm::json::Array losses, norms;
   for (double loss : state.losses)
     losses.push_back(finiteOrNull(loss));
@@ -139,6 +93,13 @@ std::string manifestText(const plan::RankPlan &plan, const CheckpointRun &run,
                                         {"overflows_left", state.lossScale.overflowsLeft}}},
       {"losses", std::move(losses)},
       {"grad_norms", std::move(norms)}};
+  llvm::json::Array described;
+  for (size_t rank = 0; rank < files.size(); ++rank)
+    described.push_back(llvm::json::Object{{"name", rankFileName(int64_t(rank))},
+                                           {"bytes", files[rank].bytes},
+                                           {"xxh64", files[rank].xxh64}});
+  manifest["files"] = std::move(described);
+  manifest["xxh64"] = manifestChecksum(manifest);
   std::string text;
   llvm::raw_string_ostream(text) << llvm::formatv("{0:2}", llvm::json::Value(std::move(manifest)))
                                  << "\n";
@@ -178,212 +139,6 @@ bool replaceable(llvm::StringRef path) {
   return !error;
 }
 
-using plan::detail::ObjectReader;
-
-/// One JSON document of a checkpoint, read field by field with the plan readers' ObjectReader:
-/// a field that is missing or of the wrong type is thrown at once, named by its path.
-class DocumentReader {
-public:
-  DocumentReader(std::string file, llvm::StringRef document)
-      : file(std::move(file)), ctx(document) {}
-
-  [[noreturn]] void fail(const llvm::Twine &message) const {
-    throw std::runtime_error(file + ": " + message.str());
-  }
-  void check() const {
-    if (ctx.failed())
-      fail(llvm::toString(ctx.takeError()));
-  }
-  ObjectReader object(const llvm::json::Value &value, std::string path = "") {
-    ObjectReader reader(ctx, value, std::move(path));
-    check();
-    return reader;
-  }
-  ObjectReader object(ObjectReader &parent, llvm::StringRef key) {
-    const llvm::json::Value *value = parent.get(key);
-    check();
-    return object(*value, parent.pathOf(key));
-  }
-  template <typename V> V get(ObjectReader &reader, llvm::StringRef key) {
-    V value{};
-    reader.read(key, value);
-    check();
-    return value;
-  }
-  const llvm::json::Array &array(ObjectReader &reader, llvm::StringRef key) {
-    const llvm::json::Value *value = reader.get(key);
-    const llvm::json::Array *array =
-        value ? plan::detail::readArray(ctx, *value, reader.pathOf(key)) : nullptr;
-    check();
-    return *array;
-  }
-  /// Numbers, nan for null: the norms of skipped steps.
-  std::vector<double> numbersOrNull(ObjectReader &reader, llvm::StringRef key) {
-    const llvm::json::Array &values = array(reader, key);
-    std::vector<double> numbers(values.size(), std::nan(""));
-    for (size_t i = 0; i < values.size(); ++i)
-      if (values[i].kind() != llvm::json::Value::Null)
-        plan::detail::readNumber(ctx, values[i], plan::detail::indexPath(reader.pathOf(key), i),
-                                 numbers[i]);
-    check();
-    return numbers;
-  }
-  /// Rejects the keys of `reader` that were never read.
-  void finish(ObjectReader &reader) {
-    reader.finish();
-    check();
-  }
-  /// The JSON value of `text`, or a thrown complaint.
-  llvm::json::Value parse(llvm::StringRef text) const {
-    llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(text);
-    if (!parsed)
-      fail("not JSON: " + llvm::toString(parsed.takeError()));
-    return std::move(*parsed);
-  }
-
-private:
-  std::string file;
-  plan::detail::ReadContext ctx;
-};
-
-std::unique_ptr<llvm::MemoryBuffer> readFile(const std::string &path) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
-      llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-  if (!file)
-    throw std::runtime_error("cannot read " + path + ": " + file.getError().message());
-  return std::move(*file);
-}
-
-CheckpointState readManifest(const plan::RankPlan &plan, const CheckpointRun &run,
-                             llvm::StringRef dir) {
-  std::string path = join(dir, "manifest.json");
-  std::string old = dir.str() + ".old";
-  if (!llvm::sys::fs::exists(path) && llvm::sys::fs::exists(join(old, "manifest.json")))
-    throw std::runtime_error(path + " is missing, and " + old +
-                             " holds the checkpoint before an interrupted save: resume from " +
-                             old);
-  std::unique_ptr<llvm::MemoryBuffer> file = readFile(path);
-  DocumentReader doc(path, "checkpoint manifest");
-  llvm::json::Value parsed = doc.parse(file->getBuffer());
-  ObjectReader manifest = doc.object(parsed);
-  std::string format = doc.get<std::string>(manifest, "format");
-  if (format != ManifestFormat)
-    doc.fail("not a parrun checkpoint (format '" + format + "', not '" + ManifestFormat + "')");
-  std::string planId = doc.get<std::string>(manifest, "plan_id");
-  if (planId != plan.planId)
-    doc.fail("saved from plan " + planId + ", but these plans are " + plan.planId +
-             "; a checkpoint resumes only the plans it was saved from");
-  int64_t world = doc.get<int64_t>(manifest, "world");
-  if (world != plan.world)
-    doc.fail("saved by " + llvm::Twine(world) + " ranks, not " + llvm::Twine(plan.world));
-  std::string precision = doc.get<std::string>(manifest, "precision");
-  if (precision != run.precision)
-    doc.fail("saved in " + precision + "; resume with --precision=" + precision);
-  std::string data = doc.get<std::string>(manifest, "data");
-  if (data != run.data)
-    doc.fail("saved training on " + data + ", not " + run.data + "; resume with the same --data");
-  ObjectReader scale = doc.object(manifest, "loss_scale");
-  std::string options = doc.get<std::string>(scale, "options");
-  if (options != run.lossScale.flags())
-    doc.fail("saved with " + options + "; resume with the same");
-  CheckpointState state;
-  state.step = doc.get<int64_t>(manifest, "step");
-  state.updates = doc.get<int64_t>(manifest, "updates");
-  state.lossScale = {doc.get<double>(scale, "scale"), doc.get<int64_t>(scale, "finite_in_a_row"),
-                     doc.get<int64_t>(scale, "overflows_left")};
-  doc.finish(scale);
-  const LossScaler::State &s = state.lossScale;
-  if (!(s.scale > 0 && std::isfinite(s.scale)) || s.finiteInARow < 0 || s.overflowsLeft < 0 ||
-      (run.lossScale.mode == LossScaleOptions::Mode::Dynamic &&
-       (s.scale < run.lossScale.min || s.finiteInARow >= run.lossScale.window ||
-        s.overflowsLeft > run.lossScale.hysteresis)))
-    doc.fail("holds a loss scaler state that these settings cannot reach (scale " +
-             formatLossScale(s.scale) + ")");
-  state.losses = doc.numbersOrNull(manifest, "losses");
-  state.gradNorms = doc.numbersOrNull(manifest, "grad_norms");
-  doc.finish(manifest);
-  if (state.step < 0 || state.updates < 0 || state.updates > state.step ||
-      int64_t(state.losses.size()) != state.step || int64_t(state.gradNorms.size()) != state.step)
-    doc.fail("inconsistent: step " + llvm::Twine(state.step) + ", updates " +
-             llvm::Twine(state.updates) + ", " + llvm::Twine(state.losses.size()) + " losses");
-  return state;
-}
-
-template <typename D>
-void readRankFile(ParamStore<D> &params, const plan::RankPlan &plan, const std::string &path) {
-  using T = typename D::Value;
-  using OptState = typename D::OptState;
-  std::unique_ptr<llvm::MemoryBuffer> file = readFile(path);
-  llvm::StringRef bytes = file->getBuffer();
-  size_t newline = bytes.find('\n');
-  if (newline == llvm::StringRef::npos)
-    throw std::runtime_error(path + ": no header line");
-  DocumentReader doc(path, "checkpoint rank file header");
-  llvm::json::Value parsed = doc.parse(bytes.take_front(newline));
-  ObjectReader header = doc.object(parsed);
-  if (doc.get<std::string>(header, "format") != RankFormat)
-    doc.fail("not a parrun checkpoint rank file");
-  int64_t rank = doc.get<int64_t>(header, "rank");
-  std::string planId = doc.get<std::string>(header, "plan_id");
-  if (rank != plan.rank || planId != plan.planId)
-    doc.fail("belongs to rank " + llvm::Twine(rank) + " of plan " + planId + ", not rank " +
-             llvm::Twine(plan.rank) + " of " + plan.planId);
-  int64_t valueBytes = doc.get<int64_t>(header, "value_bytes");
-  if (valueBytes != int64_t(sizeof(T)) ||
-      doc.get<int64_t>(header, "state_bytes") != int64_t(sizeof(OptState)))
-    doc.fail("holds values of " + llvm::Twine(valueBytes) + " bytes, not " +
-             llvm::Twine(sizeof(T)));
-
-  // Where each section may go, and how large it must be.
-  std::map<std::pair<std::string, std::string>, Section> expected;
-  for (Section &section : sectionsOf(params, /*unallocatedState=*/true))
-    expected[{section.owner, section.kind}] = section;
-
-  D &dev = params.device();
-  size_t offset = newline + 1;
-  std::map<std::pair<std::string, std::string>, bool> loaded;
-  const llvm::json::Array &sections = doc.array(header, "sections");
-  doc.finish(header);
-  for (size_t i = 0; i < sections.size(); ++i) {
-    ObjectReader section =
-        doc.object(sections[i], plan::detail::indexPath(header.pathOf("sections"), i));
-    std::pair<std::string, std::string> key{doc.get<std::string>(section, "owner"),
-                                            doc.get<std::string>(section, "kind")};
-    int64_t size = doc.get<int64_t>(section, "bytes");
-    doc.finish(section);
-    auto slot = expected.find(key);
-    if (slot == expected.end())
-      doc.fail("has " + key.second + " of '" + key.first + "', which this rank does not hold");
-    if (size != int64_t(slot->second.bytes))
-      doc.fail(key.second + " of '" + key.first + "' is " + llvm::Twine(size) + " bytes, not " +
-               llvm::Twine(slot->second.bytes));
-    if (loaded[key])
-      doc.fail("has " + key.second + " of '" + key.first + "' twice");
-    if (offset + size_t(size) > bytes.size())
-      doc.fail("is truncated: " + llvm::Twine(bytes.size()) + " bytes, " + key.second + " of '" +
-               key.first + "' ends at " + llvm::Twine(offset + size_t(size)));
-    void *target = slot->second.data;
-    if (!target) {
-      // Optimizer state exists from the first update on; a checkpoint taken after it has it.
-      auto *param = params.find(key.first);
-      auto &buffer = key.second == "master"    ? param->master
-                     : key.second == "moment1" ? param->moment1
-                                               : param->moment2;
-      if (!buffer.allocated())
-        buffer = params.optimizerBuffer(size_t(param->ownedCount()));
-      target = buffer.data();
-    }
-    dev.loadBytes(target, bytes.data() + offset, size_t(size));
-    offset += size_t(size);
-    loaded[key] = true;
-  }
-  if (offset != bytes.size())
-    doc.fail("has " + llvm::Twine(bytes.size() - offset) + " bytes after its last section");
-  for (const auto &[key, section] : expected)
-    if ((key.second == "value" || key.second == "owned") && !loaded[key])
-      doc.fail("has no " + key.second + " of '" + key.first + "'");
-}
-
 } // namespace
 
 std::string checkSaveLocation(llvm::StringRef dir) {
@@ -410,6 +165,52 @@ std::string checkSaveLocation(llvm::StringRef dir) {
   return "";
 }
 
+namespace {
+
+/// Writes this rank's file into `partial`, makes it durable and returns "D" and "BYTES XXH64"
+/// of what is on disk, or "E" and the failure.
+template <typename D>
+std::string saveRankFile(ParamStore<D> &params, const plan::RankPlan &plan,
+                         llvm::StringRef partial) {
+  std::string path = join(partial, rankFileName(plan.rank));
+  std::string failure = writeRankFile(params, plan, path);
+  if (!failure.empty())
+    return "E" + failure;
+  if (std::error_code error = syncToDisk(path))
+    return "E" + path + ": cannot sync to disk: " + error.message();
+  // Read back (mapped, from the page cache), so that the checksum is of the written bytes.
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> written = readRegularFile(
+      path, std::numeric_limits<int64_t>::max(), /*RequiresNullTerminator=*/false);
+  if (!written)
+    return "E" + path + ": cannot read back: " + llvm::toString(written.takeError());
+  return "D" + FileDigest::of((*written)->getBuffer()).encode();
+}
+
+/// Rank 0's part of a save once every rank's file is in place: the manifest with their
+/// digests, made durable with the folder, then published and the parent made durable.
+std::string saveManifest(const plan::RankPlan &plan, const CheckpointRun &run,
+                         const CheckpointState &state, llvm::ArrayRef<FileDigest> files,
+                         llvm::StringRef partial, llvm::StringRef dir) {
+  std::string path = join(partial, "manifest.json");
+  std::string text = manifestText(plan, run, state, files);
+  if (std::string failure = writeFileOrFailure(path, [&](llvm::raw_ostream &os) { os << text; });
+      !failure.empty())
+    return failure;
+  for (const std::string &durable : {path, partial.str()})
+    if (std::error_code error = syncToDisk(durable))
+      return durable + ": cannot sync to disk: " + error.message();
+  if (std::string failure = publish(partial, dir); !failure.empty())
+    return failure;
+  llvm::SmallString<256> parent(dir);
+  llvm::sys::fs::make_absolute(parent);
+  llvm::sys::path::remove_filename(parent);
+  if (std::error_code error = syncToDisk(parent))
+    return parent.str().str() + ": cannot sync to disk: " + error.message();
+  return "";
+}
+
+} // namespace
+
 template <typename D>
 void saveCheckpoint(Communicator &comm, ParamStore<D> &params, const plan::RankPlan &plan,
                     const CheckpointRun &run, const CheckpointState &state, llvm::StringRef dir) {
@@ -421,40 +222,31 @@ void saveCheckpoint(Communicator &comm, ParamStore<D> &params, const plan::RankP
     if (std::error_code error = llvm::sys::fs::create_directories(partial))
       failure = "cannot create " + partial + ": " + error.message();
   }
-  agreeOnFailure(comm, failure, what);
-  failure = writeRankFile(params, plan, join(partial, rankFileName(plan.rank)));
-  agreeOnFailure(comm, failure, what);
-  if (plan.rank == 0) {
-    std::string text = manifestText(plan, run, state);
-    failure = writeFileOrFailure(join(partial, "manifest.json"),
-                                 [&](llvm::raw_ostream &os) { os << text; });
-    if (failure.empty())
-      failure = publish(partial, dir);
+  agreeOnSaveFailure(comm, failure, what, partial);
+  // Every rank learns every rank's digest, or the first failure.
+  std::vector<FileDigest> files;
+  for (const std::string &report : comm.agree(saveRankFile(params, plan, partial))) {
+    llvm::StringRef text(report);
+    FileDigest &digest = files.emplace_back();
+    if (text.consume_front("E")) {
+      if (failure.empty())
+        failure = text.str();
+    } else if (text.consume_front("D")) {
+      auto [bytes, hash] = text.split(' ');
+      if (bytes.getAsInteger(10, digest.bytes) && failure.empty())
+        failure = "a rank sent a malformed digest";
+      digest.xxh64 = hash.str();
+    }
   }
-  agreeOnFailure(comm, failure, what);
-}
-
-template <typename D>
-CheckpointState loadCheckpoint(Communicator &comm, ParamStore<D> &params,
-                               const plan::RankPlan &plan, const CheckpointRun &run,
-                               llvm::StringRef dir) {
-  CheckpointState state;
-  std::string failure;
-  try {
-    state = readManifest(plan, run, dir);
-    readRankFile(params, plan, join(dir, rankFileName(plan.rank)));
-  } catch (const std::runtime_error &error) {
-    failure = error.what();
-  }
-  agreeOnFailure(comm, failure, "--resume " + dir.str());
-  return state;
+  agreeOnSaveFailure(comm, failure, what, partial);
+  if (plan.rank == 0)
+    failure = saveManifest(plan, run, state, files, partial, dir);
+  agreeOnSaveFailure(comm, failure, what, partial);
 }
 
 #define INSTANTIATE(D)                                                                             \
   template void saveCheckpoint(Communicator &, ParamStore<D> &, const plan::RankPlan &,            \
-                               const CheckpointRun &, const CheckpointState &, llvm::StringRef);   \
-  template CheckpointState loadCheckpoint(Communicator &, ParamStore<D> &, const plan::RankPlan &, \
-                                          const CheckpointRun &, llvm::StringRef);
+                               const CheckpointRun &, const CheckpointState &, llvm::StringRef);
 PARC_FOR_EACH_DEVICE(INSTANTIATE)
 #undef INSTANTIATE
 

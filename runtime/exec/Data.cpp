@@ -3,8 +3,11 @@
 #include "parc/Runtime/Data.h"
 
 #include "parc/Runtime/Init.h"
+#include "parc/Support/FileInput.h"
 
 #include "llvm/Support/MemoryBuffer.h"
+
+#include <limits>
 
 namespace parc::runtime {
 
@@ -27,10 +30,11 @@ llvm::Expected<TokenStream> TokenStream::fromFile(llvm::StringRef path, int64_t 
     return fail("--data reads bytes as tokens, which needs a vocabulary of at least 256 ids, "
                 "but the plan's model has vocab " +
                 llvm::Twine(vocab) + "; raise the model's vocab to 256 or drop --data");
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> file =
-      llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
+  // Only a regular file: --data /dev/zero would never end.
+  llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> file =
+      readRegularFile(path, std::numeric_limits<int64_t>::max(), /*RequiresNullTerminator=*/false);
   if (!file)
-    return fail("cannot read data file '" + path + "': " + file.getError().message());
+    return fail("cannot read data file '" + path + "': " + llvm::toString(file.takeError()));
   llvm::StringRef bytes = (*file)->getBuffer();
   if (int64_t(bytes.size()) < seq + 1)
     return fail("data file '" + path + "' holds " + llvm::Twine(bytes.size()) +

@@ -331,8 +331,9 @@ int runLocal(const RunOptions &options, CommKind commKind, llvm::raw_ostream &ou
   // other rank's wait with "... gave up because the job failed: ..."; those only echo the
   // cause, so the message printed is the first rank's that is not such an echo.
   std::vector<std::string> messages(static_cast<size_t>(*world));
-  // Not vector<bool>: the rank threads write it concurrently.
+  // Not vector<bool>: the rank threads write them concurrently.
   std::vector<char> agreed(static_cast<size_t>(*world), false);
+  std::vector<int> status(static_cast<size_t>(*world), ExitJobFailed);
   // The device communicators need a device before any rank exists to report its absence.
   std::string unavailable = backendUnavailable(options.backend);
   if (!unavailable.empty()) {
@@ -351,9 +352,12 @@ int runLocal(const RunOptions &options, CommKind commKind, llvm::raw_ostream &ou
           } catch (const AgreedError &error) {
             messages[rank] = error.what();
             agreed[rank] = true;
+            status[rank] = error.exitStatus();
             throw;
           } catch (const std::exception &error) {
             messages[rank] = "rank " + std::to_string(rank) + ": " + error.what();
+            if (dynamic_cast<const WriteError *>(&error))
+              status[rank] = ExitWriteFailed;
             throw;
           }
         },
@@ -369,15 +373,18 @@ int runLocal(const RunOptions &options, CommKind commKind, llvm::raw_ostream &ou
     return message.contains("gave up because the job failed");
   };
   std::string cause;
+  int exitStatus = ExitJobFailed;
   for (size_t rank = 0; rank < messages.size() && cause.empty(); ++rank)
-    if (agreed[rank] || (!messages[rank].empty() && !echoes(messages[rank])))
+    if (agreed[rank] || (!messages[rank].empty() && !echoes(messages[rank]))) {
       cause = messages[rank];
+      exitStatus = status[rank];
+    }
   if (cause.empty())
     for (const std::string &error : errors)
       if (cause.empty() && !error.empty())
         cause = error;
   errs << "parrun: error: " << (cause.empty() ? failure : cause) << "\n";
-  return 1;
+  return exitStatus;
 }
 
 int runMPI(int *argc, char ***argv, const RunOptions &options, llvm::raw_ostream &out,
@@ -406,7 +413,12 @@ int runMPI(int *argc, char ***argv, const RunOptions &options, llvm::raw_ostream
     if (comm->rank() == 0)
       errs << "parrun: error: " << error.what() << "\n";
     errs.flush();
-    return 1;
+    return error.exitStatus();
+  } catch (const WriteError &error) {
+    // Only this rank wrote the file, after the job's last collective: the others end well.
+    errs << "parrun: error: rank " << comm->rank() << ": " << error.what() << "\n";
+    errs.flush();
+    return ExitWriteFailed;
   } catch (const std::exception &error) {
     // Prints "error: rank R aborted: MESSAGE" and ends every process of the job.
     errs.flush();

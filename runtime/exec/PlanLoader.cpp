@@ -116,7 +116,13 @@ llvm::Expected<plan::Manifest> loadManifest(llvm::StringRef planDir) {
     return loadError("cannot read plan directory '" + planDir + "': " + reason +
                      "; write one with `parc FILE.par -o " + planDir + "`");
   }
-  return plan::readManifest(joinPath(planDir, plan::ManifestFileName));
+  std::string path = joinPath(planDir, plan::ManifestFileName);
+  llvm::Expected<plan::Manifest> manifest = plan::readManifest(path);
+  if (!manifest)
+    return manifest.takeError();
+  if (llvm::Error error = plan::verifyManifestPlanId(*manifest))
+    return loadError(path + ": " + llvm::toString(std::move(error)));
+  return manifest;
 }
 
 llvm::Expected<plan::RankPlan> loadRankPlan(llvm::StringRef planDir, const plan::Manifest &manifest,
@@ -126,7 +132,9 @@ llvm::Expected<plan::RankPlan> loadRankPlan(llvm::StringRef planDir, const plan:
                      llvm::Twine(manifest.ranks.size()) + " ranks, so rank " + llvm::Twine(rank) +
                      " has no plan; launch as many ranks as the plan has");
   std::string path = joinPath(planDir, manifest.ranks[size_t(rank)].file);
-  llvm::Expected<plan::RankPlan> plan = plan::readRankPlan(path);
+  // The summaries of every rank are the manifest's, so the ranks agree on the job; they are
+  // compared before the checks that read them.
+  llvm::Expected<plan::RankPlan> plan = plan::readRankPlan(path, &manifest);
   if (!plan)
     return plan.takeError();
   if (plan->rank != rank)

@@ -242,7 +242,8 @@ void dumpWeights(Communicator &comm, ParamStore<D> &params, const plan::RankPlan
           std::vector<int64_t> shape = whole.shape;
           if (whole.rows > 0 && !shape.empty())
             shape[0] = whole.rows;
-          json.attributeObject(name, [&] {
+          // A lambda captures a structured binding only from C++20 on; this is C++17.
+          json.attributeObject(name, [&, &whole = whole] {
             json.attributeArray("shape", [&] {
               for (int64_t dim : shape)
                 json.value(dim);
@@ -258,7 +259,7 @@ void dumpWeights(Communicator &comm, ParamStore<D> &params, const plan::RankPlan
     file << "\n";
   });
   if (written)
-    throw std::runtime_error("cannot write --dump-weights file '" + path.str() +
+    throw WriteError("cannot write --dump-weights file '" + path.str() +
                              "': " + llvm::errorToErrorCode(std::move(written)).message());
 }
 

@@ -17,6 +17,7 @@
 
 #include "parc/Runtime/Checkpoint.h"
 #include "parc/Runtime/Executor.h"
+#include "parc/Support/FileOutput.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
@@ -24,6 +25,7 @@
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <csignal>
 #include <cstdlib>
 
 using namespace llvm;
@@ -138,10 +140,7 @@ bool underMPILauncher() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-  InitLLVM init(argc, argv);
+int run(int argc, char **argv) {
   cl::HideUnrelatedOptions(parrunCategory);
   if (!cl::ParseCommandLineOptions(argc, argv, "parrun: execute the rank plans of `parc -o`\n"))
     return 2;
@@ -228,4 +227,16 @@ int main(int argc, char **argv) {
   if (comm == CommKind::MPI)
     return parc::runtime::runMPI(&argc, &argv, options, outs(), errs());
   return parc::runtime::runLocal(options, comm, outs(), errs());
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported like a full disk,
+  // instead of ending the process by SIGXFSZ with its outputs half-written.
+  std::signal(SIGXFSZ, SIG_IGN);
+  int status = run(argc, argv);
+  // Step lines that did not reach standard output are a failed write (exit 2).
+  return parc::finishStandardOutput("parrun") ? status : parc::runtime::ExitWriteFailed;
 }

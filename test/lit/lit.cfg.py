@@ -10,10 +10,18 @@ config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.parc_obj_root, "test", "lit")
 
+# A sanitizer build's settings (scripts/sanitize.sh) reach the tools under test.
+for name in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"):
+    if name in os.environ:
+        config.environment[name] = os.environ[name]
+
 # Tools under test first, then FileCheck and `not` from LLVM.
 config.environment["PATH"] = os.pathsep.join(
     [config.parc_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")])
 config.substitutions.append(("%examples", os.path.join(config.parc_src_root, "examples")))
+# `%exit-status CMD`: CMD's output and error, then `exit N` (Inputs/exit-status.py).
+config.substitutions.append(
+    ("%exit-status", "python3 " + os.path.join(config.test_source_root, "Inputs", "exit-status.py")))
 config.substitutions.append(("%spec", os.path.join(config.parc_src_root, "..", "shared", "spec", "examples")))
 
 # GPU-dependent runtime tests: `cuda-backend` when parrun was built with the CUDA kernels (nvcc

@@ -61,7 +61,8 @@ public:
   std::vector<int64_t> modelGroup(int64_t rank) const;
   /// First and last stage of the pp group when the head is tied and pp > 1; else empty.
   std::vector<int64_t> embeddingGroup(int64_t rank, bool tiedHead) const;
-  /// True when the ranks of `group` sit on more than one node.
+  /// True when the ranks of `group`, one of the groups above (in ascending rank order), sit
+  /// on more than one node.
   bool crossesNodes(const std::vector<int64_t> &group) const;
   /// True when some group over `axes` sits on more than one node. Costs at most
   /// min(world, gpusPerNode^2) steps when the axes are consecutive digits of the order, so

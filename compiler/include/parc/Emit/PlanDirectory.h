@@ -7,7 +7,9 @@
 // Only a plan directory (one whose manifest.json reads as a plan manifest) or an empty
 // directory is ever replaced: anything else at DIR is refused, since deleting it could lose
 // someone's files. Atomic for readers, not durable across a power cut: nothing is fsync'ed,
-// which would cost seconds for the hundreds of MiB of a large job.
+// which would cost seconds for the hundreds of MiB of a large job. SIGINT, SIGTERM and SIGHUP
+// remove the temporary (SignalCleanup.h); one left by a killed parc (its name carries the
+// owner's pid and host) is removed by the next write next to it.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PARC_EMIT_PLANDIRECTORY_H
@@ -34,7 +36,8 @@ llvm::Error writePlanDirectory(llvm::StringRef dir, const plan::Manifest &manife
                                llvm::ArrayRef<plan::RankPlan> plans, unsigned threads = 0);
 
 /// Writes one output file (a trace, a diagram) the same way: to a temporary sibling renamed
-/// over `path`, so that a failure leaves the previous file as it was.
+/// over `path`, so that a failure leaves the previous file as it was. A `path` that is a
+/// device or a FIFO is written in place.
 llvm::Error writeFileAtomically(llvm::StringRef path,
                                 llvm::function_ref<void(llvm::raw_ostream &)> write);
 

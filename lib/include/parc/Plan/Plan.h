@@ -255,12 +255,30 @@ struct AttrSpec {
 };
 
 /// The fixed signature of an op kind: operand counts (AtLeastTwo for split's results and
-/// split_bwd's operands) and the attributes it must carry, no more and no fewer.
+/// split_bwd's operands), the attributes it must carry, no more and no fewer, and what each
+/// operand must be. Roles, one letter per operand (the last repeats for AtLeastTwo):
+///   inputs:  'v' a value (an activation or a parameter, never a gradient), 'p' a parameter,
+///            'i' token ids (int64), 'g' a gradient, 'u' a value or a gradient, all of the
+///            op's 'u' inputs alike (a forward op in a backward list may combine gradients);
+///   outputs: 'v' a value, 'u' the role of the 'u' inputs (a gradient may be a parameter's),
+///            'g' a gradient that is no parameter's, 'P' a weight's gradient (a parameter's,
+///            or a tensor a later op sums into one), a digit j the gradient of input j (when
+///            input j is a parameter, its gradient or such a tensor, never another's).
 struct OpInfo {
   static constexpr int AtLeastTwo = -2;
   int inputs = 1, outputs = 1;
   bool backwardOnly = false;
   llvm::ArrayRef<AttrSpec> attrs;
+  llvm::StringLiteral inputRoles = "", outputRoles = "";
+
+  /// The role letter of input or output `i`.
+  char inputRole(size_t i) const { return roleAt(inputRoles, i); }
+  char outputRole(size_t i) const { return roleAt(outputRoles, i); }
+
+private:
+  static char roleAt(llvm::StringRef roles, size_t i) {
+    return roles[i < roles.size() ? i : roles.size() - 1];
+  }
 };
 const OpInfo &opInfo(OpKind kind);
 llvm::StringRef spelling(AttrType type);

@@ -23,11 +23,14 @@ llvm::json::Value toJSON(const RankPlan &plan);
 llvm::json::Value toJSON(const Manifest &manifest);
 
 /// Parse and check one plan. Never crashes on any input; the error message starts with
-/// "rank plan: " (or "plan manifest: ") and names the offending field.
-llvm::Expected<RankPlan> rankPlanFromJSON(const llvm::json::Value &value);
+/// "rank plan: " (or "plan manifest: ") and names the offending field. With a `manifest`, the
+/// plan's summaries are compared with it (verifyPlanMatchesManifest) before the semantic
+/// checks, which read them: an edited summary is reported as such.
+llvm::Expected<RankPlan> rankPlanFromJSON(const llvm::json::Value &value,
+                                          const Manifest *manifest = nullptr);
 llvm::Expected<Manifest> manifestFromJSON(const llvm::json::Value &value);
 /// The same from JSON text; also rejects malformed or truncated text.
-llvm::Expected<RankPlan> parseRankPlan(llvm::StringRef text);
+llvm::Expected<RankPlan> parseRankPlan(llvm::StringRef text, const Manifest *manifest = nullptr);
 llvm::Expected<Manifest> parseManifest(llvm::StringRef text);
 
 /// The semantic checks the readers apply after the structure (ranges, groups, slices, op data
@@ -38,12 +41,18 @@ llvm::Error verifyManifest(const Manifest &manifest);
 /// plan_id is computeJobPlanId of its job, and every plan carries that id, the same summaries
 /// and the placement of its manifest entry.
 llvm::Error verifyPlanSet(const Manifest &manifest, llvm::ArrayRef<RankPlan> plans);
+/// The two halves of verifyPlanSet, for a runtime that reads one plan per process: the
+/// manifest's plan_id is that of its job; `plan` carries the manifest's plan_id, world,
+/// summaries and the placement of its entry, bit for bit ("rank plan: field "train.seed":
+/// 99 differs from the manifest's 1234; ...").
+llvm::Error verifyManifestPlanId(const Manifest &manifest);
+llvm::Error verifyPlanMatchesManifest(const Manifest &manifest, const RankPlan &plan);
 
 /// Pretty-printed JSON (indent 2, keys sorted) with a trailing newline. Errors name the path.
 llvm::Error writeRankPlan(llvm::StringRef path, const RankPlan &plan);
 llvm::Error writeManifest(llvm::StringRef path, const Manifest &manifest);
 /// Errors start with the path: "out/rank-00003.json: rank plan: field ...".
-llvm::Expected<RankPlan> readRankPlan(llvm::StringRef path);
+llvm::Expected<RankPlan> readRankPlan(llvm::StringRef path, const Manifest *manifest = nullptr);
 llvm::Expected<Manifest> readManifest(llvm::StringRef path);
 
 /// The plan as compact JSON with sorted keys and without "plan_id", so that it is a function

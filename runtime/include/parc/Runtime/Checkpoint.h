@@ -2,9 +2,11 @@
 //
 // A checkpoint is a directory of one file per rank and a manifest, taken between steps:
 //
-//   DIR/manifest.json      {"format": "parrun-checkpoint/1", "plan_id": "...", "world": 8,
+//   DIR/manifest.json      {"format": "parrun-checkpoint/2", "plan_id": "...", "world": 8,
 //                           "precision": "bf16", "step": 1000, "updates": 998,
-//                           "loss_scale": {...}, "losses": [...], "grad_norms": [...]}
+//                           "loss_scale": {...}, "losses": [...], "grad_norms": [...],
+//                           "files": [{"name": "rank-00000.ckpt", "bytes": N,
+//                                      "xxh64": "..."}, ...], "xxh64": "..."}
 //   DIR/rank-00003.ckpt    one line of JSON naming the sections, then their bytes
 //
 // A rank's file holds, byte for byte, what its next step reads: each shard's values (or, for
@@ -14,9 +16,12 @@
 // saved would have gone on. It resumes only the plans it was saved from (the plan id, world
 // size and precision must match), as a Megatron-LM checkpoint needs the same tp and pp.
 //
-// Saving writes DIR.partial first; once every rank's file and the manifest are complete, the
-// previous checkpoint moves to DIR.old, DIR.partial becomes DIR and DIR.old goes. A save
-// interrupted in between leaves the previous checkpoint at DIR.old, which --resume DIR names.
+// Every file's size and xxHash64 are in the manifest, and the manifest's own checksum (of its
+// JSON without "xxh64"); resuming checks them before believing a byte. Saving writes and
+// fsyncs DIR.partial first; once every rank's file and the manifest are complete, the
+// previous checkpoint moves to DIR.old, DIR.partial becomes DIR (the parent fsync'd) and
+// DIR.old goes. A failed save removes DIR.partial; one interrupted between the renames leaves
+// the previous checkpoint at DIR.old, which --resume DIR names.
 // Only folders that hold a checkpoint (or nothing) are ever replaced or removed. Every
 // rank must call both functions (they communicate); a failure on any rank throws AgreedError
 // on all of them. DIR must be visible to every rank (one file system, as for Megatron's).

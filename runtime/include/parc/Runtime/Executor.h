@@ -26,7 +26,23 @@
 
 namespace parc::runtime {
 
+/// parrun's exit status for a job that failed, and for one whose output (a file, standard
+/// output) could not be written (docs/runtime.md).
+inline constexpr int ExitJobFailed = 1, ExitWriteFailed = 2;
+
+/// A failure every rank raises alike, so that one message is printed.
 class AgreedError : public std::runtime_error {
+public:
+  explicit AgreedError(const std::string &what, int exitStatus = ExitJobFailed)
+      : std::runtime_error(what), status(exitStatus) {}
+  int exitStatus() const { return status; }
+
+private:
+  int status;
+};
+
+/// A file this rank could not write (--dump-weights): the job ends with ExitWriteFailed.
+class WriteError : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
 };

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Build the whole project with AddressSanitizer and UndefinedBehaviorSanitizer (clang 14) in
+# build-sanitize/ and run the test suite there; any report fails the test it happens in.
+#   scripts/sanitize.sh [SANITIZERS] [-- CTEST-ARGS...]    (default address,undefined)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+sanitizers="address,undefined"
+if [[ $# -gt 0 && "$1" != "--" ]]; then
+  sanitizers="$1"
+  shift
+fi
+[[ "${1:-}" == "--" ]] && shift
+build="$root/build-sanitize"
+CXX=clang++-14 CC=clang-14 cmake -S "$root" -B "$build" -G Ninja \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DPARC_SANITIZE=$sanitizers" >/dev/null
+cmake --build "$build"
+# A report is an error (exit status 1 after the report), leaks included; OpenMPI's lifetime
+# allocations are suppressed (test/sanitizer/lsan.supp). lit forwards these variables.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+export LSAN_OPTIONS="suppressions=$root/test/sanitizer/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+cd "$build"
+ctest --output-on-failure -j2 "$@"
