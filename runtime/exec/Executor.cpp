@@ -21,6 +21,9 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <thread>
+
+#include <sched.h>
 
 namespace parc::runtime {
 
@@ -227,6 +230,23 @@ std::string describeJob(const plan::RankPlan &plan, const RunOptions &options,
 
 } // namespace
 
+int64_t usableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int64_t kernelThreadsPerRank(const RunOptions &options, int64_t ranksSharingCores) {
+  if (options.threadsPerRank > 0)
+    return options.threadsPerRank;
+  // As before the kernels had their own threads, an explicit OpenBLAS setting is respected.
+  if (const char *blas = std::getenv("OPENBLAS_NUM_THREADS"))
+    if (int64_t threads = std::atoll(blas); threads > 0)
+      return threads;
+  return std::max<int64_t>(1, usableCores() / std::max<int64_t>(1, ranksSharingCores));
+}
+
 llvm::Expected<int64_t> planWorldSize(llvm::StringRef planDir) {
   llvm::Expected<plan::Manifest> manifest = loadManifest(planDir);
   if (!manifest)
@@ -297,6 +317,16 @@ RankSummary runRank(Communicator &comm, const RunOptions &options, llvm::raw_ost
 }
 
 namespace {
+/// The ranks of an MPI job on this machine, as the launcher says (else all of them).
+int64_t ranksOnThisNode(int64_t world) {
+  for (const char *name :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char *value = std::getenv(name))
+      if (int64_t ranks = std::atoll(value); ranks > 0)
+        return ranks;
+  return world;
+}
+
 /// Runs `body` on every rank as a thread of this process, over the communicator `kind` asks
 /// for; returns one message per rank, empty when it finished, and the world's first failure.
 std::vector<std::string> runThreads(int64_t world, CommKind kind, const RunOptions &options,
@@ -323,9 +353,8 @@ int runLocal(const RunOptions &options, CommKind commKind, llvm::raw_ostream &ou
     errs << "parrun: error: " << llvm::toString(world.takeError()) << "\n";
     return 1;
   }
-  // The ranks are threads sharing this machine's cores; BLAS threads would oversubscribe them.
-  if (*world > 1)
-    cpu::setBlasThreads(1);
+  // The ranks are threads sharing this machine's cores.
+  cpu::setKernelThreads(kernelThreadsPerRank(options, *world));
 
   // One message per failed rank. When one rank fails, the local communicator ends every
   // other rank's wait with "... gave up because the job failed: ..."; those only echo the
@@ -392,8 +421,7 @@ int runMPI(int *argc, char ***argv, const RunOptions &options, llvm::raw_ostream
   CommOptions commOptions;
   commOptions.timeoutSeconds = options.timeoutSeconds;
   std::unique_ptr<MPICommunicator> comm = MPICommunicator::create(argc, argv, commOptions);
-  if (comm->world() > 1 && !std::getenv("OPENBLAS_NUM_THREADS"))
-    cpu::setBlasThreads(1);
+  cpu::setKernelThreads(kernelThreadsPerRank(options, ranksOnThisNode(comm->world())));
   try {
 #ifdef PARC_HAVE_CUDA
     if (options.backend == Backend::CUDA) {

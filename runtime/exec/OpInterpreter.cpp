@@ -106,6 +106,7 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
     for (size_t j = i; j < end && beforeOp; ++j)
       beforeOp(j);
     Context ctx{chunk, ops[i], env, {}};
+    StopWatch watch;
     try {
       if (isPointToPoint(i))
         exchangeRun(chunk, ops, i, end, env);
@@ -118,6 +119,9 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
     }
     for (PendingGrad &pending : ctx.pending)
       dev.accumulateGrad(pending.grad, pending.scratch.data(), int64_t(pending.scratch.size()));
+    // An exchange is timed as one op, under the kind of its first send or receive.
+    if (profile)
+      record(ctx, watch);
     for (; i < end; ++i) {
       for (const std::string &name : freeAfter[i])
         env.erase(name);
@@ -125,6 +129,13 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
         afterOp(i);
     }
   }
+}
+
+template <typename D> void OpInterpreter<D>::record(Context &ctx, const StopWatch &watch) {
+  dev.synchronize();
+  double seconds = watch.seconds();
+  profile->add(profileKey(ctx.op), seconds,
+               opFlops(ctx.op, [&](size_t i) { return in(ctx, i).shape; }));
 }
 
 template <typename D>

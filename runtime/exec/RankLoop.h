@@ -10,6 +10,7 @@
 
 #include "parc/Runtime/Checkpoint.h"
 #include "parc/Runtime/Executor.h"
+#include "parc/Runtime/Kernels.h"
 #include "parc/Runtime/OpFusion.h"
 #include "parc/Runtime/PlanLoader.h"
 #include "parc/Runtime/ScheduleRunner.h"
@@ -76,12 +77,18 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
       out << "resume   from " << options.resumeDir << " after step " << firstStep << "\n";
   }
   device.synchronize();
+  OpProfile profile;
   for (int64_t step = firstStep; step < steps; ++step) {
+    // The first step pays for first touches; it is profiled only when it is the only one.
+    bool profiled = options.profile && (step > firstStep || steps - firstStep == 1);
+    runner.setProfile(profiled ? &profile : nullptr);
     auto start = std::chrono::steady_clock::now();
     // Ends with the loss all-reduce, which waits for everything the step queued on the device.
     StepResult result = runner.runStep(step);
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (profiled)
+      profile.addStep(seconds);
     summary.losses.push_back(result.loss);
     summary.gradNorms.push_back(result.optimizer.gradNorm);
     if (runner.reportsLoss() && ((step + 1) % logEvery == 0 || step + 1 == steps)) {
@@ -109,6 +116,12 @@ RankSummary runOnDevice(D &device, Communicator &comm, const RunOptions &options
                         "started during the backward (buckets of %.3g MiB)\n",
                         (long long)runner.gradSync().earlyLaunchesThisStep(),
                         double(options.gradBucketBytes) / double(1 << 20));
+  runner.setProfile(nullptr);
+  if (options.profile) {
+    std::vector<std::string> profiles = comm.agree(profile.encode());
+    if (runner.reportsLoss())
+      OpProfile::merge(profiles).print(out, plan.world, cpu::kernelThreads());
+  }
   // Taken before the dump, whose gathers are not part of training.
   // Printed by the rank that printed the steps, so that under mpirun, which forwards each
   // process's output on its own, the lines keep their order.

@@ -134,10 +134,19 @@ template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
              (end > i + 1 ? " and " + std::to_string(end - i - 1) + " more" : "") + "): ";
     };
     try {
+      StopWatch watch;
       if (plan::isTransfer(schedule[i].op))
         runTransfers(schedule.slice(i, end - i));
       else
         runInstr(i, step);
+      // Forward and backward are timed op by op; their remainder is outside any op.
+      bool inOps = schedule[i].op == InstrKind::Forward || schedule[i].op == InstrKind::Backward;
+      if (profile && !inOps) {
+        dev.synchronize();
+        profile->add(plan::isTransfer(schedule[i].op) ? std::string("send/recv")
+                                                      : plan::spelling(schedule[i].op).str(),
+                     watch.seconds());
+      }
     } catch (const AgreedError &) {
       throw;
     } catch (const CommError &error) {

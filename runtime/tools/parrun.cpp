@@ -3,7 +3,8 @@
 //   parrun PLANS_DIR [--steps N] [--data FILE] [--comm=local|mpi|nccl]
 //          [--precision=fp32|fp64|bf16|fp16] [--backend=cpu|cuda] [--log-every K]
 //          [--timeout SECONDS] [--grad-bucket-mb MIB] [--attention=flash|unfused]
-//          [--fuse-elementwise=true|false] [--dump-weights FILE] [--memory-json FILE]
+//          [--fuse-elementwise=true|false] [--threads N] [--profile] [--dump-weights FILE]
+//          [--memory-json FILE]
 //          [--loss-scale=dynamic|none|S] [--initial-loss-scale S] [--min-loss-scale S]
 //          [--loss-scale-window N] [--loss-scale-hysteresis N]
 //          [--save DIR [--save-every K]] [--resume DIR]
@@ -95,6 +96,14 @@ cl::opt<bool> fuseElementwise(
     cl::desc("Run each bias_add + gelu and residual_add + norm pair of the plans as one op "
              "(default true)"),
     cl::init(true), cl::cat(parrunCategory));
+cl::opt<int64_t> threads("threads",
+                         cl::desc("Threads each rank's CPU kernels use (default: the cores "
+                                  "divided by the ranks sharing them)"),
+                         cl::value_desc("N"), cl::init(0), cl::cat(parrunCategory));
+cl::opt<bool> profile("profile",
+                      cl::desc("Time every op and print a table of op kinds by time, calls "
+                               "and GFLOP/s"),
+                      cl::init(false), cl::cat(parrunCategory));
 cl::opt<std::string> dumpWeights("dump-weights",
                                  cl::desc("After the last step, write every parameter (whole) "
                                           "and the per-step losses to FILE as JSON"),
@@ -156,6 +165,8 @@ int run(int argc, char **argv) {
     return usage("--timeout must be a positive number of seconds");
   if (!(gradBucketMB >= 0 && gradBucketMB <= 1 << 20))
     return usage("--grad-bucket-mb must be between 0 and 1048576");
+  if (threads.getNumOccurrences() && (threads < 1 || threads > 1024))
+    return usage("--threads must be between 1 and 1024, not " + Twine(int64_t(threads)));
   if (saveEvery.getNumOccurrences() && (saveEvery < 1 || saveDir.empty()))
     return usage("--save-every needs --save DIR and a K of 1 or more");
 
@@ -173,6 +184,8 @@ int run(int argc, char **argv) {
   options.gradBucketBytes = int64_t(gradBucketMB * double(1 << 20));
   options.flashAttention = attention == AttentionChoice::Flash;
   options.fuseElementwise = fuseElementwise;
+  options.threadsPerRank = threads;
+  options.profile = profile;
   // "ckpt/" from tab completion names the folder ckpt; its siblings ckpt.partial and ckpt.old
   // must not land inside it.
   auto folder = [](StringRef path) {

@@ -109,9 +109,11 @@ TEST(KernelsTest, MatmulForwardAndBackwardForEveryTranspose) {
     }
 }
 
-TEST(KernelsTest, BlasThreadsCanBeCapped) {
-  setBlasThreads(1);
-  EXPECT_EQ(blasThreads(), 1);
+TEST(KernelsTest, KernelThreadsCanBeSet) {
+  setKernelThreads(3);
+  EXPECT_EQ(kernelThreads(), 3);
+  setKernelThreads(0);
+  EXPECT_EQ(kernelThreads(), 1);
 }
 
 TEST(KernelsTest, BiasAddAndResidualAddGradients) {

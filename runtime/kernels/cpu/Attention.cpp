@@ -4,7 +4,9 @@
 // matrix with row stride batch*heads*headDim, which cblas takes as its leading dimension, so
 // every product runs on the activations in place. Standard attention (Megatron's unfused
 // softmax) keeps the probabilities of every (batch, head), [batch, heads, seq, seq], for the
-// backward; FlashAttention.cpp keeps only their row logsumexp.
+// backward; FlashAttention.cpp keeps only their row logsumexp. The heads are a batch of small
+// GEMMs: they run in parallel on the kernel threads, the backward by key/value head so that the
+// query heads adding into one dk and dv share a thread.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,6 +14,7 @@
 
 #include "AttentionSlices.h"
 #include "Blas.h"
+#include "VecMath.h"
 
 #include <algorithm>
 #include <cassert>
@@ -20,7 +23,6 @@
 
 namespace parc::runtime::cpu {
 
-using detail::gemm;
 using detail::HeadSlices;
 using detail::headSlices;
 
@@ -55,29 +57,61 @@ void rotateHalves(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, i
 
 // Row-wise softmax of scores [seq, seq] in place; with `causal`, row t keeps columns <= t and
 // the others become exact zeros (which the backward relies on).
-template <typename T> void softmaxRows(T *scores, int64_t seq, bool causal) {
+void softmaxRows(double *scores, int64_t seq, bool causal) {
   for (int64_t t = 0; t < seq; ++t) {
-    T *row = scores + t * seq;
+    double *row = scores + t * seq;
     int64_t valid = causal ? t + 1 : seq;
-    T max = *std::max_element(row, row + valid);
-    double sum = 0;
+    double max = *std::max_element(row, row + valid), sum = 0;
     for (int64_t u = 0; u < valid; ++u) {
       row[u] = std::exp(row[u] - max);
       sum += row[u];
     }
     for (int64_t u = 0; u < valid; ++u)
-      row[u] = T(row[u] / sum);
-    std::fill(row + valid, row + seq, T(0));
+      row[u] = row[u] / sum;
+    std::fill(row + valid, row + seq, 0.0);
   }
 }
 
-// ds = p * (ds - sum(p * ds)) over one row: the softmax backward, ds holding dP on entry.
-template <typename T> void softmaxRowBackward(T *ds, const T *p, int64_t n) {
-  double dot = 0;
-  for (int64_t u = 0; u < n; ++u)
-    dot += double(p[u]) * ds[u];
-  for (int64_t u = 0; u < n; ++u)
-    ds[u] = T(p[u] * (ds[u] - dot));
+void softmaxRows(float *scores, int64_t seq, bool causal) {
+  for (int64_t t = 0; t < seq; ++t) {
+    float *row = scores + t * seq;
+    int64_t valid = causal ? t + 1 : seq;
+    float max = *std::max_element(row, row + valid), sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t u = 0; u < valid; ++u) {
+      row[u] = detail::expf(row[u] - max);
+      sum += row[u];
+    }
+    float inverse = 1.0f / sum;
+#pragma omp simd
+    for (int64_t u = 0; u < valid; ++u)
+      row[u] *= inverse;
+    std::fill(row + valid, row + seq, 0.0f);
+  }
+}
+
+// dS = P * (dP - rowsum(P * dP)) in place of dP, row by row.
+template <typename T> void softmaxBackwardRows(T *dscores, const T *probs, int64_t seq) {
+  for (int64_t t = 0; t < seq; ++t) {
+    const T *p = probs + t * seq;
+    T *ds = dscores + t * seq;
+    T dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int64_t u = 0; u < seq; ++u)
+      dot += p[u] * ds[u];
+#pragma omp simd
+    for (int64_t u = 0; u < seq; ++u)
+      ds[u] = p[u] * (ds[u] - dot);
+  }
+}
+
+// A thread's seq x seq scratch matrix, kept between calls.
+template <typename T> T *scratchMatrix(int64_t seq) {
+  thread_local std::vector<T> buffer;
+  if (buffer.size() < size_t(seq * seq))
+    buffer.resize(size_t(seq * seq));
+  return buffer.data();
+}
 }
 
 } // namespace
@@ -101,16 +135,17 @@ void attentionForward(T *y, T *probs, const T *q, const T *k, const T *v, int64_
                       int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim, bool causal) {
   // P = softmax(q k^T / sqrt(d) + mask), y = P v per (batch, head); P is kept
   T scale = T(1.0 / std::sqrt(double(headDim)));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads; ++h) {
-      HeadSlices s = headSlices(b, h, batch, heads, kvHeads, headDim);
-      T *p = probs + (b * heads + h) * seq * seq;
-      gemm(false, true, seq, seq, headDim, scale, q + s.qOffset, s.qStride, k + s.kvOffset,
-           s.kvStride, T(0), p, seq);
+  detail::parallelFor(batch * heads, 1, [&](int64_t first, int64_t last) {
+    for (int64_t slice = first; slice < last; ++slice) {
+      HeadSlices s = headSlices(slice / heads, slice % heads, batch, heads, kvHeads, headDim);
+      T *p = probs + slice * seq * seq;
+      detail::gemmSerial(false, true, seq, seq, headDim, scale, q + s.qOffset, s.qStride,
+                         k + s.kvOffset, s.kvStride, T(0), p, seq);
       softmaxRows(p, seq, causal);
-      gemm(false, false, seq, headDim, seq, T(1), p, seq, v + s.kvOffset, s.kvStride, T(0),
-           y + s.qOffset, s.qStride);
+      detail::gemmSerial(false, false, seq, headDim, seq, T(1), p, seq, v + s.kvOffset,
+                         s.kvStride, T(0), y + s.qOffset, s.qStride);
     }
+  });
 }
 
 template <typename T>
@@ -120,25 +155,32 @@ void attentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, 
   // dv += P^T dy; dS = P (dP - rowsum(P dP)), dP = dy v^T; dq = s dS k; dk += s dS^T q
   (void)causal; // the masked probabilities are exact zeros, so dS is zero there too
   T scale = T(1.0 / std::sqrt(double(headDim)));
-  std::fill(dk, dk + seq * batch * kvHeads * headDim, T(0));
-  std::fill(dv, dv + seq * batch * kvHeads * headDim, T(0));
-  std::vector<T> dscores(size_t(seq * seq));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads; ++h) {
-      HeadSlices s = headSlices(b, h, batch, heads, kvHeads, headDim);
-      const T *p = probs + (b * heads + h) * seq * seq;
-      // Query heads of one group share k and v, so their dk and dv add up (beta = 1).
-      gemm(true, false, seq, headDim, seq, T(1), p, seq, dy + s.qOffset, s.qStride, T(1),
-           dv + s.kvOffset, s.kvStride);
-      gemm(false, true, seq, seq, headDim, T(1), dy + s.qOffset, s.qStride, v + s.kvOffset,
-           s.kvStride, T(0), dscores.data(), seq);
-      for (int64_t t = 0; t < seq; ++t)
-        softmaxRowBackward(dscores.data() + t * seq, p + t * seq, seq);
-      gemm(false, false, seq, headDim, seq, scale, dscores.data(), seq, k + s.kvOffset, s.kvStride,
-           T(0), dq + s.qOffset, s.qStride);
-      gemm(true, false, seq, headDim, seq, scale, dscores.data(), seq, q + s.qOffset, s.qStride,
-           T(1), dk + s.kvOffset, s.kvStride);
+  int64_t group = heads / kvHeads;
+  detail::parallelFor(batch * kvHeads, 1, [&](int64_t first, int64_t last) {
+    T *dscores = scratchMatrix<T>(seq);
+    for (int64_t kvSlice = first; kvSlice < last; ++kvSlice) {
+      int64_t b = kvSlice / kvHeads, kvHead = kvSlice % kvHeads;
+      HeadSlices lead = headSlices(b, kvHead * group, batch, heads, kvHeads, headDim);
+      for (int64_t t = 0; t < seq; ++t) {
+        std::fill_n(dk + lead.kvOffset + t * lead.kvStride, headDim, T(0));
+        std::fill_n(dv + lead.kvOffset + t * lead.kvStride, headDim, T(0));
+      }
+      for (int64_t h = kvHead * group; h < (kvHead + 1) * group; ++h) {
+        HeadSlices s = headSlices(b, h, batch, heads, kvHeads, headDim);
+        const T *p = probs + (b * heads + h) * seq * seq;
+        // Query heads of one group share k and v, so their dk and dv add up (beta = 1).
+        detail::gemmSerial(true, false, seq, headDim, seq, T(1), p, seq, dy + s.qOffset,
+                           s.qStride, T(1), dv + s.kvOffset, s.kvStride);
+        detail::gemmSerial(false, true, seq, seq, headDim, T(1), dy + s.qOffset, s.qStride,
+                           v + s.kvOffset, s.kvStride, T(0), dscores, seq);
+        softmaxBackwardRows(dscores, p, seq);
+        detail::gemmSerial(false, false, seq, headDim, seq, scale, dscores, seq, k + s.kvOffset,
+                           s.kvStride, T(0), dq + s.qOffset, s.qStride);
+        detail::gemmSerial(true, false, seq, headDim, seq, scale, dscores, seq, q + s.qOffset,
+                           s.qStride, T(1), dk + s.kvOffset, s.kvStride);
+      }
     }
+  });
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \

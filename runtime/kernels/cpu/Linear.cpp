@@ -8,15 +8,13 @@
 #include "parc/Runtime/Kernels.h"
 
 #include "Blas.h"
+#include "Rows.h"
 
 #include <algorithm>
 
 namespace parc::runtime::cpu {
 
 using detail::gemm;
-
-void setBlasThreads(int threads) { openblas_set_num_threads(threads); }
-int blasThreads() { return openblas_get_num_threads(); }
 
 template <typename T>
 void matmulForward(T *c, const T *a, const T *b, int64_t m, int64_t n, int64_t k, bool transA,
@@ -49,31 +47,41 @@ void matmulBackward(T *da, T *db, const T *a, const T *b, const T *dc, int64_t m
 template <typename T>
 void biasAddForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim) {
   // y[r,:] = x[r,:] + bias
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < dim; ++i)
-      y[r * dim + i] = x[r * dim + i] + bias[i];
+  detail::forRows(rows, dim, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r)
+      for (int64_t i = 0; i < dim; ++i)
+        y[r * dim + i] = x[r * dim + i] + bias[i];
+  });
 }
 
 template <typename T>
 void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim) {
   // dx = dy; dbias += sum_r dy[r,:]; dx may be dy itself
-  if (dx != dy)
-    std::copy(dy, dy + rows * dim, dx);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < dim; ++i)
-      dbias[i] += dy[r * dim + i];
+  const T *sums = detail::sumOverRowBlocks<T>(rows, dim, [&](int64_t first, int64_t last, T *part) {
+    if (dx != dy)
+      std::copy(dy + first * dim, dy + last * dim, dx + first * dim);
+    for (int64_t r = first; r < last; ++r)
+      for (int64_t i = 0; i < dim; ++i)
+        part[i] += dy[r * dim + i];
+  });
+  for (int64_t i = 0; i < dim; ++i)
+    dbias[i] += sums[i];
 }
 
 template <typename T> void residualAddForward(T *y, const T *a, const T *b, int64_t n) {
   // y = a + b
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = a[i] + b[i];
+  detail::forElements(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      y[i] = a[i] + b[i];
+  });
 }
 
 template <typename T> void residualAddBackward(T *da, T *db, const T *dy, int64_t n) {
   // da = db = dy
-  std::copy(dy, dy + n, da);
-  std::copy(dy, dy + n, db);
+  detail::forElements(n, [&](int64_t begin, int64_t end) {
+    std::copy(dy + begin, dy + end, da + begin);
+    std::copy(dy + begin, dy + end, db + begin);
+  });
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \

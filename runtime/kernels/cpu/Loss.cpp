@@ -4,10 +4,15 @@
 // is a per-row reduction over this shard's columns whose result the executor all-reduces over
 // the tensor-parallel group before the next piece (see Kernels.h). Logits rows are
 // [seq, batch] ordered and labels [batch, seq], so row t*batch + b has label labels[b*seq + t].
+// Rows run on the kernel threads; in fp32 the exponentials are VecMath.h's, in vectorised loops
+// (sums still in double).
 //
 //===----------------------------------------------------------------------===//
 
 #include "parc/Runtime/Kernels.h"
+
+#include "Rows.h"
+#include "VecMath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +32,41 @@ int64_t localLabel(const int64_t *labels, int64_t t, int64_t b, int64_t seq, int
 int64_t validColumns(int64_t localVocab, int64_t validVocab) {
   return validVocab < 0 ? localVocab : std::min(validVocab, localVocab);
 }
+
+// sum_j exp(logits[j] - max) of one row.
+double sumExpRow(const double *logits, double max, int64_t n) {
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j)
+    sum += std::exp(logits[j] - max);
+  return sum;
+}
+
+double sumExpRow(const float *logits, float max, int64_t n) {
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j)
+    sum += double(detail::expf(logits[j] - max));
+  return sum;
+}
+
+// out[j] = (exp(logits[j] - max) / sum - [j == label]) * perToken of one row.
+void softmaxGradRow(double *out, const double *logits, double max, double sum, int64_t label,
+                    double perToken, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    double prob = std::exp(logits[j] - max) / sum;
+    out[j] = (prob - (j == label ? 1.0 : 0.0)) * perToken;
+  }
+}
+
+void softmaxGradRow(float *out, const float *logits, float max, float sum, int64_t label,
+                    double perToken, int64_t n) {
+  float factor = float(perToken / double(sum));
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j)
+    out[j] = detail::expf(logits[j] - max) * factor;
+  if (label >= 0 && label < n)
+    out[label] = float(double(out[label]) - perToken);
+}
 } // namespace
 
 template <typename T>
@@ -34,10 +74,12 @@ void crossEntropyRowMax(T *rowMax, const T *logits, int64_t rows, int64_t localV
                         int64_t validVocab) {
   // rowMax[r] = max_{j < valid} logits[r,j]
   int64_t valid = validColumns(localVocab, validVocab);
-  for (int64_t r = 0; r < rows; ++r)
-    rowMax[r] = valid == 0 ? -std::numeric_limits<T>::infinity()
-                           : *std::max_element(logits + r * localVocab,
-                                               logits + r * localVocab + valid);
+  detail::forRows(rows, localVocab, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r)
+      rowMax[r] = valid == 0 ? -std::numeric_limits<T>::infinity()
+                             : *std::max_element(logits + r * localVocab,
+                                                 logits + r * localVocab + valid);
+  });
 }
 
 template <typename T>
@@ -45,12 +87,10 @@ void crossEntropySumExp(T *rowSum, const T *logits, const T *rowMax, int64_t row
                         int64_t localVocab, int64_t validVocab) {
   // rowSum[r] = sum_{j < valid} exp(logits[r,j] - rowMax[r])
   int64_t valid = validColumns(localVocab, validVocab);
-  for (int64_t r = 0; r < rows; ++r) {
-    double sum = 0;
-    for (int64_t j = 0; j < valid; ++j)
-      sum += std::exp(double(logits[r * localVocab + j]) - rowMax[r]);
-    rowSum[r] = T(sum);
-  }
+  detail::forRows(rows, localVocab, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r)
+      rowSum[r] = T(sumExpRow(logits + r * localVocab, rowMax[r], valid));
+  });
 }
 
 template <typename T>
@@ -80,17 +120,15 @@ void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, co
   // dlogits = (softmax - onehot(label)) * dloss / (seq * batch); 0 on the padding
   double perToken = double(dloss) / double(seq * batch);
   int64_t valid = validColumns(localVocab, validVocab);
-  for (int64_t t = 0; t < seq; ++t)
-    for (int64_t b = 0; b < batch; ++b) {
-      int64_t r = t * batch + b, column = localLabel(labels, t, b, seq, localVocab, vocabOffset);
-      const T *in = logits + r * localVocab;
+  detail::forRows(seq * batch, localVocab, [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) {
+      int64_t t = r / batch, b = r % batch;
+      int64_t column = localLabel(labels, t, b, seq, localVocab, vocabOffset);
       T *out = dlogits + r * localVocab;
-      for (int64_t j = 0; j < valid; ++j) {
-        double prob = std::exp(double(in[j]) - rowMax[r]) / rowSum[r];
-        out[j] = T((prob - (j == column ? 1.0 : 0.0)) * perToken);
-      }
+      softmaxGradRow(out, logits + r * localVocab, rowMax[r], rowSum[r], column, perToken, valid);
       std::fill(out + valid, out + localVocab, T(0));
     }
+  });
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \

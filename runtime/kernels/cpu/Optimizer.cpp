@@ -1,13 +1,18 @@
 //===- Optimizer.cpp - AdamW, SGD and the pieces of gradient clipping -----===//
 //
 // The update arithmetic runs in double whatever T is, so fp32 runs differ from fp64 ones by
-// the storage rounding of parameters and moments only.
+// the storage rounding of parameters and moments only. Each kernel is one vectorised pass over
+// its buffers on the kernel threads; the squared sum adds fixed-size blocks in order, the same
+// bits for any number of threads.
 //
 //===----------------------------------------------------------------------===//
 
 #include "parc/Runtime/Kernels.h"
 
+#include "Rows.h"
+
 #include <cmath>
+#include <vector>
 
 namespace parc::runtime::cpu {
 
@@ -16,41 +21,66 @@ void adamwStep(T *param, const T *grad, T *m, T *v, int64_t n, const AdamWConfig
   // p -= lr wd p; m, v moving moments; p -= lr mhat / (sqrt(vhat) + eps)
   double correction1 = 1.0 - std::pow(config.beta1, double(config.step));
   double correction2 = 1.0 - std::pow(config.beta2, double(config.step));
-  for (int64_t i = 0; i < n; ++i) {
-    double p = param[i] * (1.0 - config.lr * config.weightDecay), g = grad[i];
-    double mi = config.beta1 * m[i] + (1.0 - config.beta1) * g;
-    double vi = config.beta2 * v[i] + (1.0 - config.beta2) * g * g;
-    m[i] = T(mi);
-    v[i] = T(vi);
-    param[i] = T(p - config.lr * (mi / correction1) / (std::sqrt(vi / correction2) + config.eps));
-  }
+  double decay = 1.0 - config.lr * config.weightDecay, beta1 = config.beta1, beta2 = config.beta2;
+  double lr = config.lr, eps = config.eps;
+  detail::forElements(n, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) {
+      double p = param[i] * decay, g = grad[i];
+      double mi = beta1 * m[i] + (1.0 - beta1) * g;
+      double vi = beta2 * v[i] + (1.0 - beta2) * g * g;
+      m[i] = T(mi);
+      v[i] = T(vi);
+      param[i] = T(p - lr * (mi / correction1) / (std::sqrt(vi / correction2) + eps));
+    }
+  });
 }
 
 template <typename T>
 void sgdStep(T *param, const T *grad, T *momentumBuffer, int64_t n, const SGDConfig &config) {
   // g' = g + wd p; buf = momentum buf + g'; p -= lr buf
-  for (int64_t i = 0; i < n; ++i) {
-    double step = grad[i] + config.weightDecay * param[i];
-    if (config.momentum != 0.0) {
-      step += config.momentum * momentumBuffer[i];
-      momentumBuffer[i] = T(step);
+  detail::forElements(n, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      double step = grad[i] + config.weightDecay * param[i];
+      if (config.momentum != 0.0) {
+        step += config.momentum * momentumBuffer[i];
+        momentumBuffer[i] = T(step);
+      }
+      param[i] = T(param[i] - config.lr * step);
     }
-    param[i] = T(param[i] - config.lr * step);
-  }
+  });
 }
 
 template <typename T> double squaredSum(const T *x, int64_t n) {
-  // sum x^2
+  // sum x^2, in blocks of a fixed size added in order
+  constexpr int64_t block = 4096;
+  int64_t blocks = (n + block - 1) / block;
+  thread_local std::vector<double> partials;
+  partials.assign(size_t(blocks), 0.0);
+  double *blockSums = partials.data(); // the workers' own `partials` are other vectors
+  detail::parallelFor(blocks, detail::elementGrain / block + 1, [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) {
+      double sum = 0;
+      int64_t end = std::min(n, (b + 1) * block);
+#pragma omp simd reduction(+ : sum)
+      for (int64_t i = b * block; i < end; ++i)
+        sum += double(x[i]) * x[i];
+      blockSums[b] = sum;
+    }
+  });
   double sum = 0;
-  for (int64_t i = 0; i < n; ++i)
-    sum += double(x[i]) * x[i];
+  for (double partial : partials)
+    sum += partial;
   return sum;
 }
 
 template <typename T> void scale(T *x, int64_t n, double factor) {
   // x *= factor
-  for (int64_t i = 0; i < n; ++i)
-    x[i] = T(x[i] * factor);
+  detail::forElements(n, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i)
+      x[i] = T(x[i] * factor);
+  });
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \

@@ -27,6 +27,7 @@
 #include "parc/Plan/Plan.h"
 #include "parc/Runtime/Buffer.h"
 #include "parc/Runtime/Communicator.h"
+#include "parc/Runtime/HostArena.h"
 #include "parc/Runtime/Init.h"
 #include "parc/Runtime/Kernels.h"
 
@@ -51,7 +52,11 @@ public:
   static constexpr const char *Name = "cpu";
 
   CpuDevice() = default;
+  CpuDevice(const CpuDevice &) = delete;
+  CpuDevice &operator=(const CpuDevice &) = delete;
   MemoryTracker &memory() { return tracker; }
+  /// Where the buffers live: host memory kept for reuse between steps (HostArena.h).
+  const HostArena &arena() const { return hostArena; }
 
   //===--- Copies, fills, host transfers ----------------------------------===//
 
@@ -138,17 +143,15 @@ public:
   void rmsNormForward(T *y, const T *x, const T *weight, int64_t rows, int64_t dim, double eps) {
     cpu::rmsNormForward(y, x, weight, rows, dim, eps);
   }
-  /// sum = a + b, y = layernorm(sum): residual_add + layernorm fused (OpFusion.h); on the CPU
-  /// the two kernels in turn. Likewise with rmsnorm.
+  /// sum = a + b, y = layernorm(sum): residual_add + layernorm fused (OpFusion.h), one pass
+  /// with the bits of the pair. Likewise with rmsnorm.
   void residualLayerNormForward(T *sum, T *y, const T *a, const T *b, const T *weight,
                                 const T *bias, int64_t rows, int64_t dim, double eps) {
-    cpu::residualAddForward(sum, a, b, rows * dim);
-    cpu::layerNormForward(y, sum, weight, bias, rows, dim, eps);
+    cpu::residualLayerNormForward(sum, y, a, b, weight, bias, rows, dim, eps);
   }
   void residualRmsNormForward(T *sum, T *y, const T *a, const T *b, const T *weight, int64_t rows,
                               int64_t dim, double eps) {
-    cpu::residualAddForward(sum, a, b, rows * dim);
-    cpu::rmsNormForward(y, sum, weight, rows, dim, eps);
+    cpu::residualRmsNormForward(sum, y, a, b, weight, rows, dim, eps);
   }
   void rmsNormBackward(T *dx, T *dweight, const T *x, const T *weight, const T *dy, int64_t rows,
                        int64_t dim, double eps) {
@@ -220,19 +223,16 @@ public:
                            causal);
   }
   void geluForward(T *y, const T *x, int64_t n) { cpu::geluForward(y, x, n); }
-  /// y = gelu(x + bias): the bias_add + gelu pair fused (OpFusion.h); on the CPU the two
-  /// kernels in turn, so that the bits are those of the pair.
+  /// y = gelu(x + bias): the bias_add + gelu pair fused (OpFusion.h), one pass, the bits of
+  /// the pair.
   void biasGeluForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim) {
-    cpu::biasAddForward(y, x, bias, rows, dim);
-    cpu::geluForward(y, y, rows * dim);
+    cpu::biasGeluForward(y, x, bias, rows, dim);
   }
   /// dx = dy gelu'(x + bias), dbias += sum_r dx: gelu_bwd and bias_add_bwd fused, recomputing
   /// x + bias in dx itself, so that it holds no more than the unfused pair.
   void biasGeluBackward(T *dx, T *dbias, const T *x, const T *bias, const T *dy, int64_t rows,
                         int64_t dim) {
-    cpu::biasAddForward(dx, x, bias, rows, dim);
-    cpu::geluBackward(dx, dx, dy, rows * dim);
-    cpu::biasAddBackward(dx, dbias, dx, rows, dim);
+    cpu::biasGeluBackward(dx, dbias, x, bias, dy, rows, dim);
   }
   void geluBackward(T *dx, const T *x, const T *dy, int64_t n) { cpu::geluBackward(dx, x, dy, n); }
   void swigluForward(T *y, const T *gate, const T *up, int64_t rows, int64_t ffn) {
@@ -314,7 +314,8 @@ private:
       weights[i] = T(master[i]);
   }
 
-  MemoryTracker tracker;
+  HostArena hostArena; // before the tracker, which releases into it
+  MemoryTracker tracker{&hostArena};
 };
 
 } // namespace parc::runtime

@@ -80,6 +80,11 @@ struct RunOptions {
   bool flashAttention = true;
   /// Run each bias_add + gelu and residual_add + norm pair as one op (OpFusion.h).
   bool fuseElementwise = true;
+  /// Threads each rank's kernels use (Kernels.h setKernelThreads); 0: the cores this process
+  /// may run on divided by the ranks sharing them (OPENBLAS_NUM_THREADS, when set, instead).
+  int64_t threadsPerRank = 0;
+  /// Time every op and print a table of op kinds by time, calls and GFLOP/s (Profiler.h).
+  bool profile = false;
   /// LossScaler.h; parrun turns on a dynamic scale for fp16.
   LossScaleOptions lossScale;
   /// Checkpoint.h: save to saveDir after the last step and every saveEvery steps (0: only
@@ -113,6 +118,11 @@ int runLocal(const RunOptions &options, CommKind comm, llvm::raw_ostream &out,
 /// This process is one rank of an MPI job.
 int runMPI(int *argc, char ***argv, const RunOptions &options, llvm::raw_ostream &out,
            llvm::raw_ostream &errs);
+
+/// The cores this process may run on (its CPU affinity).
+int64_t usableCores();
+/// The kernel threads of each of `ranksSharingCores` ranks on this machine under `options`.
+int64_t kernelThreadsPerRank(const RunOptions &options, int64_t ranksSharingCores);
 
 /// The number of ranks of the plan directory, from its manifest.
 llvm::Expected<int64_t> planWorldSize(llvm::StringRef planDir);

@@ -30,11 +30,12 @@ namespace parc::runtime::cpu {
 /// How a backward kernel stores a gradient it may share with other ops.
 enum class GradWrite { Overwrite, Add };
 
-/// Caps the threads OpenBLAS may use inside one GEMM. The setting is process-wide: parrun
-/// sets 1 when it runs several ranks as threads of one process, where BLAS threads would only
-/// oversubscribe the cores.
-void setBlasThreads(int threads);
-int blasThreads();
+/// The threads each kernel call may use: the calling thread and threads - 1 workers of a pool
+/// of its own (a rank thread of a local run has one each). Process-wide; parrun sets the cores
+/// divided by the ranks that share them, so that ranks x threads does not oversubscribe the
+/// machine. OpenBLAS itself is set to one thread: the kernels split their GEMMs themselves.
+void setKernelThreads(int64_t threads);
+int64_t kernelThreads();
 
 //===----------------------------------------------------------------------===//
 // Embeddings
@@ -73,9 +74,19 @@ template <typename T>
 void layerNormBackward(T *dx, T *dweight, T *dbias, const T *x, const T *weight, const T *dy,
                        int64_t rows, int64_t dim, double eps);
 
+/// sum = a + b, y = layernorm(sum): residual_add and layernorm fused (OpFusion.h), each row
+/// normalised while its sum is in cache; the bits of the unfused pair.
+template <typename T>
+void residualLayerNormForward(T *sum, T *y, const T *a, const T *b, const T *weight, const T *bias,
+                              int64_t rows, int64_t dim, double eps);
+
 /// y = x / sqrt(mean(x^2) + eps) * weight.
 template <typename T>
 void rmsNormForward(T *y, const T *x, const T *weight, int64_t rows, int64_t dim, double eps);
+/// sum = a + b, y = rmsnorm(sum), fused as residualLayerNormForward.
+template <typename T>
+void residualRmsNormForward(T *sum, T *y, const T *a, const T *b, const T *weight, int64_t rows,
+                            int64_t dim, double eps);
 /// xhat = x * rrms, g = dy * weight: dx = rrms * (g - xhat * mean(g * xhat));
 /// dweight += sum dy * xhat.
 template <typename T>
@@ -183,6 +194,16 @@ void attentionBlockBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T
 template <typename T> void geluForward(T *y, const T *x, int64_t n);
 /// dx = dy * (Phi(x) + x * phi(x)), phi the standard normal density.
 template <typename T> void geluBackward(T *dx, const T *x, const T *dy, int64_t n);
+
+/// y = gelu(x + bias), x [rows, dim]: bias_add and gelu fused (OpFusion.h), exact to the
+/// unfused pair (the sum is rounded to T before the gelu).
+template <typename T>
+void biasGeluForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim);
+/// dx = dy gelu'(x + bias), dbias += sum_r dx: gelu_bwd and bias_add_bwd fused, recomputing
+/// x + bias; the same bits as the unfused pair. dx may not alias x or dy.
+template <typename T>
+void biasGeluBackward(T *dx, T *dbias, const T *x, const T *bias, const T *dy, int64_t rows,
+                      int64_t dim);
 
 /// y = silu(gate) * up, all [rows, ffn]; silu(g) = g sigmoid(g).
 template <typename T>

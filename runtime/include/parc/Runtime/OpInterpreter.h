@@ -19,6 +19,7 @@
 #include "parc/Runtime/Buffer.h"
 #include "parc/Runtime/Communicator.h"
 #include "parc/Runtime/ParamStore.h"
+#include "parc/Runtime/Profiler.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 
@@ -73,6 +74,8 @@ public:
   /// The loss scale (LossScaler.h) that cross_entropy_bwd multiplies its loss gradient by: on
   /// the host scalar, so that the scale need not fit the element type (fp16 ends at 65504).
   void setLossScale(double scale) { lossScale = scale; }
+  /// Times every op into `target` (null: none); Profiler.h.
+  void setProfile(OpProfile *target) { profile = target; }
 
   struct Operand {
     T *data = nullptr;
@@ -109,6 +112,8 @@ private:
   /// The output's storage: the parameter gradient itself when `kernelAdds` and the output is
   /// one, a scratch buffer added to it after the op when not, otherwise a new zeroed tensor.
   Operand out(Context &ctx, size_t i, bool kernelAdds);
+  /// Adds the op just run (and its gradient accumulation) to the profile.
+  void record(Context &ctx, const StopWatch &watch);
   const std::vector<int64_t> &group(const plan::Op &op) const;
 
   const plan::RankPlan &plan;
@@ -118,6 +123,7 @@ private:
   MemoryTracker &memory;
   double loss = 0;
   double lossScale = 1;
+  OpProfile *profile = nullptr;
 };
 
 extern template class OpInterpreter<CpuDevice<float>>;

@@ -67,6 +67,11 @@ public:
     updates = updatesApplied;
     scaler.restore(lossScale);
   }
+  /// From now on, time every op and instruction into `profile` (null: stop); Profiler.h.
+  void setProfile(OpProfile *target) {
+    profile = target;
+    interpreter.setProfile(target);
+  }
 
 private:
   using Key = std::pair<int64_t, int64_t>; // (chunk, microbatch)
@@ -105,6 +110,7 @@ private:
   bool stepped = false;
   LossScaler scaler;
   int64_t updates = 0; // applied so far: the learning-rate schedule's and Adam's step
+  OpProfile *profile = nullptr;
 };
 
 extern template class ScheduleRunner<CpuDevice<float>>;

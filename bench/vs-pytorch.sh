@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# parrun against PyTorch on the CPU, tokens/s on the same model, batch and optimizer, fp32:
+#   * tiny:  examples/tiny.par's model at 1 rank (tp = pp = dp = 1; 8 micro-batches of 2 x 64);
+#   * gemm:  a GEMM-heavy GPT (hidden 512, 8 heads, 6 blocks, seq 256, vocab 256, micro-batch
+#            8, one micro-batch a step) at 1 rank;
+#   * tiny at 8 ranks (tiny.par's own mapping, tp 2 pp 2 dp 2, threads of one parrun) against
+#     tiny at 1 rank: the same global batch, so the ratio is what the parallel run costs.
+# PyTorch runs bench/vs-pytorch.py (the same blocks, AdamW, clipping, torch.set_num_threads)
+# from a virtual environment with torch from PyPI, created on first use. Each run of each side
+# gives the median tokens/s of its steps 2..N; the sides alternate run by run (parrun, torch,
+# parrun, ...) so that the load of a shared machine falls on both, and the table shows the
+# median of the runs and their spread (min-max).
+#
+# Usage: bench/vs-pytorch.sh [--bin DIR] [--steps N] [--runs R] [--threads T] [--venv DIR]
+#                            [--only tiny|gemm|ranks] [--keep DIR]
+#   --bin DIR     where parc and parrun are (default: build/bin, or $PARC_BIN)
+#   --steps N     training steps per run (default 8; step 1 is not counted)
+#   --runs R      runs per side and model (default 3)
+#   --threads T   threads of each 1-rank side (default 2: torch.set_num_threads, parrun --threads)
+#   --venv DIR    the virtual environment with torch (default ~/.cache/parc-bench-venv)
+#   --only WHAT   one row only
+#   --keep DIR    keep plans and logs under DIR (default: a temporary directory)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin=${PARC_BIN:-$root/build/bin}
+steps=8
+runs=3
+threads=2
+venv=${PARC_BENCH_VENV:-$HOME/.cache/parc-bench-venv}
+only=""
+keep=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --bin) bin=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --venv) venv=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    --keep) keep=$2; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "vs-pytorch.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
+  esac
+done
+for tool in parc parrun; do
+  if [[ ! -x $bin/$tool ]]; then
+    echo "vs-pytorch.sh: no $tool in '$bin'; build it, or pass --bin DIR" >&2
+    exit 2
+  fi
+done
+if [[ $steps -lt 2 || $runs -lt 1 ]]; then
+  echo "vs-pytorch.sh: --steps must be 2 or more and --runs 1 or more" >&2
+  exit 2
+fi
+case $only in ""|tiny|gemm|ranks) ;; *) echo "vs-pytorch.sh: --only tiny, gemm or ranks" >&2; exit 2 ;; esac
+
+if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import torch' 2> /dev/null; then
+  echo "vs-pytorch.sh: installing torch into $venv (once)" >&2
+  python3 -m venv "$venv"
+  if ! "$venv/bin/pip" install --quiet torch >&2; then
+    echo "vs-pytorch.sh: pip could not install torch into $venv" >&2
+    exit 2
+  fi
+fi
+python=$venv/bin/python
+
+if [[ -n $keep ]]; then
+  mkdir -p "$keep"
+  work=$(cd "$keep" && pwd)
+else
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+fi
+
+# tiny at 1 rank: only the cluster size and the mapping change (as bench/training.sh does).
+sed -e 's/gpus_per_node = 8 /gpus_per_node = 1 /' -e 's/^\(  [tpd][pd]\) = 2$/\1 = 1/' \
+  "$root/examples/tiny.par" > "$work/tiny.par"
+if ! grep -q '^  tp = 1$' "$work/tiny.par" || ! grep -q 'gpus_per_node = 1 ' "$work/tiny.par"; then
+  echo "vs-pytorch.sh: examples/tiny.par changed shape; update the 1-rank rewrite" >&2
+  exit 1
+fi
+cp "$root/examples/tiny.par" "$work/tiny-8rank.par"
+cat > "$work/gemm.par" <<'PAR'
+# The GEMM-heavy model of bench/vs-pytorch.sh: hidden 512, 8 heads, 6 blocks, seq 256.
+model gemm_gpt {
+  dtype  = fp32
+  vocab  = 256
+  seq    = 256
+  hidden = 512
+  heads  = 8
+  ffn    = 4 * hidden
+
+  layer embed : embedding
+  layer block : transformer x 6
+  layer head  : lm_head tied(embed)
+}
+
+cluster one_cpu {
+  nodes         = 1
+  gpus_per_node = 1
+  gpu { memory = 8 GiB; flops = 100 GFLOPS }
+  intra_node { bandwidth = 10 GB/s; latency = 2 us }
+  inter_node { bandwidth = 10 GB/s; latency = 2 us }
+}
+
+parallel for gemm_gpt on one_cpu {
+  tp = 1
+  pp = 1
+  dp = 1
+  micro_batch  = 8
+  global_batch = 8
+  schedule     = 1f1b
+  zero         = 0
+  recompute    = none
+}
+
+train {
+  optimizer = adam
+  lr        = 1e-3
+  steps     = 20
+  seed      = 1234
+}
+PAR
+
+# field FILE NAME -> the number after "NAME =" in a .par file
+field() { awk -v name="$2" '$1 == name && $2 == "=" { print $3; exit }' "$1"; }
+blocks() { awk '/layer .*: transformer x/ { print $NF; exit }' "$1"; }
+
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2];
+                                               else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+parrun_tokens() { # LOG -> median tokens/s over steps 2..N
+  awk '/^step [0-9]+ loss/ && $2 > 1 { print $NF }' "$1" | median
+}
+torch_tokens() { # LOG TOKENS_PER_STEP -> median tokens/s over steps 2..N
+  awk -v t="$2" '/^step [0-9]+ seconds/ && $2 > 1 { printf "%.0f\n", t / $4 }' "$1" | median
+}
+
+run_parrun() { # NAME THREADS RUN -> prints tokens/s
+  "$bin/parrun" "$work/$1" --steps "$steps" --threads "$2" > "$work/$1.parrun.$3.log"
+  parrun_tokens "$work/$1.parrun.$3.log"
+}
+run_torch() { # NAME RUN -> prints tokens/s
+  local par=$work/$1.par hidden
+  hidden=$(field "$par" hidden)
+  "$python" "$root/bench/vs-pytorch.py" --vocab "$(field "$par" vocab)" --seq "$(field "$par" seq)" \
+    --hidden "$hidden" --heads "$(field "$par" heads)" --blocks "$(blocks "$par")" \
+    --ffn $((4 * hidden)) --micro-batch "$(field "$par" micro_batch)" \
+    --global-batch "$(field "$par" global_batch)" --steps "$steps" --threads "$threads" \
+    > "$work/$1.torch.$2.log"
+  torch_tokens "$work/$1.torch.$2.log" "$(( $(field "$par" global_batch) * $(field "$par" seq) ))"
+}
+
+for name in tiny tiny-8rank gemm; do
+  "$bin/parc" "$work/$name.par" -o "$work/$name" > /dev/null
+done
+
+declare -A results
+for ((run = 1; run <= runs; ++run)); do
+  if [[ -z $only || $only == tiny || $only == ranks ]]; then
+    results[tiny.parrun]+="$(run_parrun tiny "$threads" "$run") "
+  fi
+  if [[ -z $only || $only == tiny ]]; then
+    results[tiny.torch]+="$(run_torch tiny "$run") "
+  fi
+  if [[ -z $only || $only == ranks ]]; then
+    # Eight rank threads on this machine's cores: parrun sizes the kernel threads itself.
+    "$bin/parrun" "$work/tiny-8rank" --steps "$steps" > "$work/tiny-8rank.parrun.$run.log"
+    results[ranks.parrun]+="$(parrun_tokens "$work/tiny-8rank.parrun.$run.log") "
+  fi
+  if [[ -z $only || $only == gemm ]]; then
+    results[gemm.parrun]+="$(run_parrun gemm "$threads" "$run") "
+    results[gemm.torch]+="$(run_torch gemm "$run") "
+  fi
+done
+
+summary() { # "v1 v2 ..." -> "median (min-max)"
+  local values=($1)
+  local med lo hi
+  med=$(printf '%s\n' "${values[@]}" | median)
+  lo=$(printf '%s\n' "${values[@]}" | sort -n | head -1)
+  hi=$(printf '%s\n' "${values[@]}" | sort -n | tail -1)
+  echo "$med ($lo-$hi)"
+}
+med() { printf '%s\n' $1 | median; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
+
+printf '%-44s %22s %22s %7s\n' "model" "parrun tokens/s" "reference tokens/s" "ratio"
+if [[ -n ${results[tiny.torch]:-} ]]; then
+  printf '%-44s %22s %22s %7s\n' "tiny.par, 1 rank, $threads threads vs PyTorch" \
+    "$(summary "${results[tiny.parrun]}")" "$(summary "${results[tiny.torch]}")" \
+    "$(ratio "$(med "${results[tiny.parrun]}")" "$(med "${results[tiny.torch]}")")"
+fi
+if [[ -n ${results[gemm.torch]:-} ]]; then
+  printf '%-44s %22s %22s %7s\n' "gemm (h512 x6, seq 256, mb 8) vs PyTorch" \
+    "$(summary "${results[gemm.parrun]}")" "$(summary "${results[gemm.torch]}")" \
+    "$(ratio "$(med "${results[gemm.parrun]}")" "$(med "${results[gemm.torch]}")")"
+fi
+if [[ -n ${results[ranks.parrun]:-} ]]; then
+  printf '%-44s %22s %22s %7s\n' "tiny.par, 8 ranks vs 1 rank (parrun)" \
+    "$(summary "${results[ranks.parrun]}")" "$(summary "${results[tiny.parrun]}")" \
+    "$(ratio "$(med "${results[ranks.parrun]}")" "$(med "${results[tiny.parrun]}")")"
+fi
+echo "medians of $runs runs (min-max), each the median of steps 2..$steps; fp32; $(nproc) cores;" \
+  "torch $("$python" -c 'import torch; print(torch.__version__)'); load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,59 @@
+//===- Rows.h - Row-parallel loops and reductions over rows of the CPU kernels --===//
+//
+// Private to the CPU kernels. Elementwise kernels run over contiguous ranges of elements or
+// rows on the kernel threads (Parallel.h). A sum over rows (a bias gradient, a norm's weight
+// gradient) is cut into blocks of a fixed number of rows whose partial sums are added in block
+// order, so that the result is the same bits whatever the number of threads.
+//
+//===----------------------------------------------------------------------===//
+#ifndef PARC_RUNTIME_KERNELS_CPU_ROWS_H
+#define PARC_RUNTIME_KERNELS_CPU_ROWS_H
+
+#include "Parallel.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace parc::runtime::cpu::detail {
+
+/// Elements per thread below which a second thread costs more than it saves.
+inline constexpr int64_t elementGrain = 16384;
+
+/// body(begin, end) over [0, n) elements on the kernel threads.
+template <typename Body> void forElements(int64_t n, const Body &body) {
+  parallelFor(n, elementGrain, body);
+}
+
+/// body(begin, end) over [0, rows) rows of `dim` elements on the kernel threads.
+template <typename Body> void forRows(int64_t rows, int64_t dim, const Body &body) {
+  parallelFor(rows, std::max<int64_t>(1, elementGrain / std::max<int64_t>(1, dim)), body);
+}
+
+/// Rows per block of a reduction over rows; fixed, so the sums do not depend on the threads.
+inline constexpr int64_t reductionBlockRows = 32;
+
+/// Runs body(rowBegin, rowEnd, partial) on blocks of rows, `partial` `width` zeroed
+/// accumulators of that block, and returns the blocks' partials added in block order (`width`
+/// values, valid until the next call on this thread).
+template <typename T, typename Body>
+const T *sumOverRowBlocks(int64_t rows, int64_t width, const Body &body) {
+  thread_local std::vector<T> partials, total;
+  int64_t blocks = (rows + reductionBlockRows - 1) / reductionBlockRows;
+  partials.assign(size_t(std::max<int64_t>(1, blocks) * width), T(0));
+  total.assign(size_t(width), T(0));
+  T *base = partials.data();
+  parallelFor(blocks, std::max<int64_t>(1, elementGrain / std::max<int64_t>(1, reductionBlockRows * width)),
+              [&](int64_t first, int64_t last) {
+                for (int64_t b = first; b < last; ++b)
+                  body(b * reductionBlockRows, std::min(rows, (b + 1) * reductionBlockRows),
+                       base + b * width);
+              });
+  for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t j = 0; j < width; ++j)
+      total[size_t(j)] += base[b * width + j];
+  return total.data();
+}
+
+} // namespace parc::runtime::cpu::detail
+
+#endif

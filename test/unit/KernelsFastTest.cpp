@@ -1,0 +1,219 @@
+//===- KernelsFastTest.cpp - CPU kernels: fused, vectorised and threaded paths ----===//
+//
+// The fused kernels give the bits of the unfused pairs; the fp32 transcendentals stay within
+// a few float roundings of libm in double; the kernel threads cover every range once, and the
+// kernels give the same bits on any number of threads.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parc/Runtime/Kernels.h"
+
+#include "../../runtime/kernels/cpu/Parallel.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace parc::runtime;
+using namespace parc::runtime::cpu;
+
+namespace {
+
+template <typename T> std::vector<T> randomValues(size_t n, uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> value(-scale, scale);
+  std::vector<T> v(n);
+  for (T &x : v)
+    x = T(value(rng));
+  return v;
+}
+
+/// Restores the kernel threads a test changed.
+struct ThreadsScope {
+  int64_t saved = kernelThreads();
+  explicit ThreadsScope(int64_t threads) { setKernelThreads(threads); }
+  ~ThreadsScope() { setKernelThreads(saved); }
+};
+
+TEST(KernelsFastTest, ParallelForCoversEveryIndexOnceAndNestsInline) {
+  ThreadsScope threads(3);
+  std::vector<std::atomic<int>> hits(1000);
+  std::atomic<int> nestedParts{0};
+  detail::parallelFor(1000, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      ++hits[size_t(i)];
+    EXPECT_EQ(detail::availableThreads(), 1);
+    detail::parallelFor(10, 1, [&](int64_t b, int64_t e) {
+      EXPECT_EQ(b, 0);
+      EXPECT_EQ(e, 10);
+      ++nestedParts;
+    });
+  });
+  for (const std::atomic<int> &hit : hits)
+    EXPECT_EQ(hit.load(), 1);
+  EXPECT_EQ(nestedParts.load(), 3);
+}
+
+TEST(KernelsFastTest, FusedBiasGeluIsTheUnfusedPairBitForBit) {
+  const int64_t rows = 70, dim = 300;
+  for (int64_t threads : {1, 2}) {
+    ThreadsScope scope(threads);
+    auto x = randomValues<float>(rows * dim, 1, 3.0), bias = randomValues<float>(dim, 2);
+    auto dz = randomValues<float>(rows * dim, 3);
+    std::vector<float> sum(x.size()), unfused(x.size()), fused(x.size());
+    biasAddForward(sum.data(), x.data(), bias.data(), rows, dim);
+    geluForward(unfused.data(), sum.data(), rows * dim);
+    biasGeluForward(fused.data(), x.data(), bias.data(), rows, dim);
+    EXPECT_EQ(fused, unfused);
+
+    std::vector<float> dsum(x.size()), dxUnfused(x.size()), dxFused(x.size());
+    std::vector<float> dbiasUnfused(dim, 0.5f), dbiasFused(dim, 0.5f);
+    geluBackward(dsum.data(), sum.data(), dz.data(), rows * dim);
+    biasAddBackward(dxUnfused.data(), dbiasUnfused.data(), dsum.data(), rows, dim);
+    biasGeluBackward(dxFused.data(), dbiasFused.data(), x.data(), bias.data(), dz.data(), rows,
+                     dim);
+    EXPECT_EQ(dxFused, dxUnfused);
+    EXPECT_EQ(dbiasFused, dbiasUnfused);
+  }
+}
+
+template <typename T> void checkResidualNormFusion() {
+  const int64_t rows = 33, dim = 96;
+  auto a = randomValues<T>(rows * dim, 4), b = randomValues<T>(rows * dim, 5);
+  auto weight = randomValues<T>(dim, 6), bias = randomValues<T>(dim, 7);
+  std::vector<T> sum(a.size()), y(a.size()), fusedSum(a.size()), fusedY(a.size());
+  residualAddForward(sum.data(), a.data(), b.data(), rows * dim);
+  layerNormForward(y.data(), sum.data(), weight.data(), bias.data(), rows, dim, 1e-5);
+  residualLayerNormForward(fusedSum.data(), fusedY.data(), a.data(), b.data(), weight.data(),
+                           bias.data(), rows, dim, 1e-5);
+  EXPECT_EQ(fusedSum, sum);
+  EXPECT_EQ(fusedY, y);
+  rmsNormForward(y.data(), sum.data(), weight.data(), rows, dim, 1e-5);
+  residualRmsNormForward(fusedSum.data(), fusedY.data(), a.data(), b.data(), weight.data(), rows,
+                         dim, 1e-5);
+  EXPECT_EQ(fusedSum, sum);
+  EXPECT_EQ(fusedY, y);
+}
+
+TEST(KernelsFastTest, FusedResidualNormIsTheUnfusedPairBitForBit) {
+  checkResidualNormFusion<float>();
+  checkResidualNormFusion<double>();
+}
+
+TEST(KernelsFastTest, FloatGeluIsWithinRoundingOfDouble) {
+  // GELU and its derivative over [-10, 10], float against the double (libm) kernels.
+  const int64_t n = 20001;
+  std::vector<double> x(n), dy(n, 1.0), y(n), dx(n);
+  for (int64_t i = 0; i < n; ++i)
+    x[size_t(i)] = -10.0 + 20.0 * double(i) / double(n - 1);
+  std::vector<float> xf(x.begin(), x.end()), dyf(n, 1.0f), yf(n), dxf(n);
+  geluForward(y.data(), x.data(), n);
+  geluForward(yf.data(), xf.data(), n);
+  geluBackward(dx.data(), x.data(), dy.data(), n);
+  geluBackward(dxf.data(), xf.data(), dyf.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    // The reference at the float input, so that only the kernels' error is measured.
+    double at = double(xf[size_t(i)]);
+    double ref = 0.5 * at * std::erfc(-at / std::sqrt(2.0));
+    double dref = 0.5 * std::erfc(-at / std::sqrt(2.0)) + at * std::exp(-0.5 * at * at) /
+                                                                std::sqrt(2.0 * M_PI);
+    // erfc's absolute error (1.5e-7) times x / 2, and a few roundings.
+    EXPECT_NEAR(yf[size_t(i)], ref, 4e-7 * std::abs(ref) + 1e-7 * std::abs(at))
+        << "gelu at " << at;
+    EXPECT_NEAR(dxf[size_t(i)], dref, 1e-6 * std::abs(dref) + 2e-7) << "gelu' at " << at;
+  }
+}
+
+TEST(KernelsFastTest, FloatCrossEntropyAgreesWithDouble) {
+  const int64_t seq = 3, batch = 2, vocab = 50, rows = seq * batch;
+  auto logits = randomValues<double>(rows * vocab, 8, 6.0);
+  std::vector<float> logitsF(logits.begin(), logits.end());
+  std::vector<int64_t> labels = {1, 7, 49, 0, 20, 33};
+  std::vector<double> max(rows), sum(rows), grad(logits.size());
+  std::vector<float> maxF(rows), sumF(rows), gradF(logits.size());
+  crossEntropyRowMax(max.data(), logits.data(), rows, vocab);
+  crossEntropyRowMax(maxF.data(), logitsF.data(), rows, vocab);
+  crossEntropySumExp(sum.data(), logits.data(), max.data(), rows, vocab);
+  crossEntropySumExp(sumF.data(), logitsF.data(), maxF.data(), rows, vocab);
+  crossEntropyBackward(grad.data(), logits.data(), labels.data(), max.data(), sum.data(), 1.0, seq,
+                       batch, vocab, 0);
+  crossEntropyBackward(gradF.data(), logitsF.data(), labels.data(), maxF.data(), sumF.data(), 1.0f,
+                       seq, batch, vocab, 0);
+  for (int64_t r = 0; r < rows; ++r)
+    EXPECT_NEAR(sumF[size_t(r)], sum[size_t(r)], 1e-6 * sum[size_t(r)]);
+  for (size_t i = 0; i < grad.size(); ++i)
+    EXPECT_NEAR(gradF[i], grad[i], 1e-7);
+}
+
+/// Runs `kernel` on 1, 2 and 3 threads and expects the same outputs.
+template <typename Kernel> void expectSameOnAnyThreads(Kernel kernel) {
+  std::vector<std::vector<float>> outputs;
+  for (int64_t threads : {1, 2, 3}) {
+    ThreadsScope scope(threads);
+    outputs.push_back(kernel());
+  }
+  EXPECT_EQ(outputs[0], outputs[1]);
+  EXPECT_EQ(outputs[0], outputs[2]);
+}
+
+TEST(KernelsFastTest, ReductionsAndAttentionGiveTheSameBitsOnAnyThreads) {
+  const int64_t rows = 517, dim = 130;
+  auto x = randomValues<float>(rows * dim, 9), dy = randomValues<float>(rows * dim, 10);
+  auto weight = randomValues<float>(dim, 11);
+  expectSameOnAnyThreads([&] {
+    std::vector<float> dx(x.size()), dweight(dim), dbias(dim);
+    layerNormBackward(dx.data(), dweight.data(), dbias.data(), x.data(), weight.data(), dy.data(),
+                      rows, dim, 1e-5);
+    biasAddBackward(dx.data(), dbias.data(), dy.data(), rows, dim);
+    dx.insert(dx.end(), dweight.begin(), dweight.end());
+    dx.insert(dx.end(), dbias.begin(), dbias.end());
+    dx.push_back(float(squaredSum(x.data(), rows * dim)));
+    return dx;
+  });
+  const int64_t seq = 40, batch = 3, heads = 4, kvHeads = 2, headDim = 16;
+  auto q = randomValues<float>(seq * batch * heads * headDim, 13);
+  auto k = randomValues<float>(seq * batch * kvHeads * headDim, 14), v = k;
+  expectSameOnAnyThreads([&] {
+    std::vector<float> y(q.size()), dq(q.size()), dk(k.size()), dv(k.size());
+    attentionForward(y.data(), q.data(), k.data(), v.data(), seq, batch, heads, kvHeads, headDim,
+                     true);
+    attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(), y.data(), seq,
+                      batch, heads, kvHeads, headDim, true);
+    y.insert(y.end(), dq.begin(), dq.end());
+    y.insert(y.end(), dk.begin(), dk.end());
+    y.insert(y.end(), dv.begin(), dv.end());
+    return y;
+  });
+}
+
+} // namespace
+
+namespace {
+TEST(KernelsFastTest, GemmsCutOverThreadsAgreeToRounding) {
+  // OpenBLAS's blocking depends on the shape of each call, so the cut GEMMs agree with the
+  // uncut one to rounding, not bitwise (as OpenBLAS's own threads did).
+  const int64_t m = 517, n = 300, k = 130;
+  auto a = randomValues<float>(m * k, 15), b = randomValues<float>(k * n, 16);
+  std::vector<std::vector<float>> outputs;
+  for (int64_t threads : {1, 2, 3}) {
+    ThreadsScope scope(threads);
+    std::vector<float> c(m * n), db(b.size());
+    matmulForward(c.data(), a.data(), b.data(), m, n, k, false, false);
+    matmulBackward(static_cast<float *>(nullptr), db.data(), a.data(), b.data(), c.data(), m, n, k,
+                   false, false, GradWrite::Overwrite, GradWrite::Overwrite);
+    c.insert(c.end(), db.begin(), db.end());
+    outputs.push_back(c);
+  }
+  // Sums of hundreds of terms that cancel: rounding relative to the largest output.
+  float scale = 0;
+  for (float value : outputs[0])
+    scale = std::max(scale, std::abs(value));
+  for (size_t t = 1; t < outputs.size(); ++t)
+    for (size_t i = 0; i < outputs[0].size(); ++i)
+      ASSERT_NEAR(outputs[t][i], outputs[0][i], 1e-6 * scale) << i;
+}
+} // namespace
