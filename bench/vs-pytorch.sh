@@ -136,8 +136,14 @@ torch_tokens() { # LOG TOKENS_PER_STEP -> median tokens/s over steps 2..N
   awk -v t="$2" '/^step [0-9]+ seconds/ && $2 > 1 { printf "%.0f\n", t / $4 }' "$1" | median
 }
 
+# A parrun from before --threads (a baseline build) takes its threads from OpenBLAS instead.
+has_threads=$("$bin/parrun" --help 2>&1 | grep -c -- '--threads=' || true)
 run_parrun() { # NAME THREADS RUN -> prints tokens/s
-  "$bin/parrun" "$work/$1" --steps "$steps" --threads "$2" > "$work/$1.parrun.$3.log"
+  if [[ $has_threads -gt 0 ]]; then
+    "$bin/parrun" "$work/$1" --steps "$steps" --threads "$2" > "$work/$1.parrun.$3.log"
+  else
+    OPENBLAS_NUM_THREADS=$2 "$bin/parrun" "$work/$1" --steps "$steps" > "$work/$1.parrun.$3.log"
+  fi
   parrun_tokens "$work/$1.parrun.$3.log"
 }
 run_torch() { # NAME RUN -> prints tokens/s

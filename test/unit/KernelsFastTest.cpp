@@ -160,6 +160,41 @@ template <typename Kernel> void expectSameOnAnyThreads(Kernel kernel) {
   EXPECT_EQ(outputs[0], outputs[2]);
 }
 
+TEST(KernelsFastTest, FloatFlashAttentionAgreesWithDouble) {
+  // Two query tiles and a partial one, causal, grouped queries: the fp32 kernel (VecMath.h's
+  // exp, float sums) within float roundings of the fp64 one.
+  const int64_t seq = 150, batch = 2, heads = 4, kvHeads = 2, headDim = 16;
+  const int64_t n = seq * batch * heads * headDim, nkv = n / 2, nlse = batch * heads * seq;
+  auto q = randomValues<double>(n, 22, 2.0), k = randomValues<double>(nkv, 23, 2.0);
+  auto v = randomValues<double>(nkv, 24), dy = randomValues<double>(n, 25);
+  auto asFloat = [](const std::vector<double> &x) { return std::vector<float>(x.begin(), x.end()); };
+  std::vector<float> qF = asFloat(q), kF = asFloat(k), vF = asFloat(v), dyF = asFloat(dy);
+  std::vector<double> y(n), lse(nlse), dq(n), dk(nkv), dv(nkv);
+  std::vector<float> yF(n), lseF(nlse), dqF(n), dkF(nkv), dvF(nkv);
+  flashAttentionForward(y.data(), lse.data(), q.data(), k.data(), v.data(), seq, batch, heads,
+                        kvHeads, headDim, true);
+  flashAttentionForward(yF.data(), lseF.data(), qF.data(), kF.data(), vF.data(), seq, batch,
+                        heads, kvHeads, headDim, true);
+  flashAttentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(), y.data(),
+                         lse.data(), dy.data(), seq, batch, heads, kvHeads, headDim, true);
+  flashAttentionBackward(dqF.data(), dkF.data(), dvF.data(), qF.data(), kF.data(), vF.data(),
+                         yF.data(), lseF.data(), dyF.data(), seq, batch, heads, kvHeads, headDim,
+                         true);
+  auto expectClose = [](const std::vector<float> &got, const std::vector<double> &want,
+                        const char *what) {
+    double scale = 0;
+    for (double x : want)
+      scale = std::max(scale, std::abs(x));
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 2e-5 * scale) << what << " " << i;
+  };
+  expectClose(yF, y, "y");
+  expectClose(lseF, lse, "lse");
+  expectClose(dqF, dq, "dq");
+  expectClose(dkF, dk, "dk");
+  expectClose(dvF, dv, "dv");
+}
+
 TEST(KernelsFastTest, ReductionsAndAttentionGiveTheSameBitsOnAnyThreads) {
   const int64_t rows = 517, dim = 130;
   auto x = randomValues<float>(rows * dim, 9), dy = randomValues<float>(rows * dim, 10);
@@ -179,10 +214,30 @@ TEST(KernelsFastTest, ReductionsAndAttentionGiveTheSameBitsOnAnyThreads) {
   auto k = randomValues<float>(seq * batch * kvHeads * headDim, 14), v = k;
   expectSameOnAnyThreads([&] {
     std::vector<float> y(q.size()), dq(q.size()), dk(k.size()), dv(k.size());
-    attentionForward(y.data(), q.data(), k.data(), v.data(), seq, batch, heads, kvHeads, headDim,
-                     true);
-    attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(), y.data(), seq,
-                      batch, heads, kvHeads, headDim, true);
+    std::vector<float> probs(batch * heads * seq * seq), dy = randomValues<float>(q.size(), 17);
+    attentionForward(y.data(), probs.data(), q.data(), k.data(), v.data(), seq, batch, heads,
+                     kvHeads, headDim, true);
+    attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(), probs.data(),
+                      dy.data(), seq, batch, heads, kvHeads, headDim, true);
+    y.insert(y.end(), dq.begin(), dq.end());
+    y.insert(y.end(), dk.begin(), dk.end());
+    y.insert(y.end(), dv.begin(), dv.end());
+    return y;
+  });
+  // Longer than one flash tile, so that the online softmax rescales.
+  const int64_t flashSeq = 150;
+  auto fq = randomValues<float>(flashSeq * batch * heads * headDim, 18);
+  auto fk = randomValues<float>(flashSeq * batch * kvHeads * headDim, 19);
+  auto fv = randomValues<float>(fk.size(), 20), fdy = randomValues<float>(fq.size(), 21);
+  expectSameOnAnyThreads([&] {
+    std::vector<float> y(fq.size()), dq(fq.size()), dk(fk.size()), dv(fk.size());
+    std::vector<float> lse(batch * heads * flashSeq);
+    flashAttentionForward(y.data(), lse.data(), fq.data(), fk.data(), fv.data(), flashSeq, batch,
+                          heads, kvHeads, headDim, true);
+    flashAttentionBackward(dq.data(), dk.data(), dv.data(), fq.data(), fk.data(), fv.data(),
+                           y.data(), lse.data(), fdy.data(), flashSeq, batch, heads, kvHeads,
+                           headDim, true);
+    y.insert(y.end(), lse.begin(), lse.end());
     y.insert(y.end(), dq.begin(), dq.end());
     y.insert(y.end(), dk.begin(), dk.end());
     y.insert(y.end(), dv.begin(), dv.end());

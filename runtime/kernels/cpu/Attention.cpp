@@ -112,7 +112,6 @@ template <typename T> T *scratchMatrix(int64_t seq) {
     buffer.resize(size_t(seq * seq));
   return buffer.data();
 }
-}
 
 } // namespace
 

@@ -7,7 +7,10 @@
 // ([batch, heads, seq]); the backward recomputes each tile's probabilities from it, P =
 // exp(S - lse), and uses D = rowsum(dy * y) for the softmax gradient, so nothing seq x seq
 // outlives a tile. Same layouts and grouped-query convention as Attention.cpp; equal to the
-// standard kernels up to the order of the roundings.
+// standard kernels up to the order of the roundings. The (batch, head) slices run in parallel
+// on the kernel threads, the backward by key/value head so that the query heads adding into
+// one dk and dv share a thread; each slice is one thread's, so the bits do not depend on the
+// thread count. In fp32 the exponentials are VecMath.h's, in vectorised loops.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +18,7 @@
 
 #include "AttentionSlices.h"
 #include "Blas.h"
+#include "VecMath.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,7 +27,7 @@
 
 namespace parc::runtime::cpu {
 
-using detail::gemm;
+using detail::gemmSerial;
 using detail::HeadSlices;
 using detail::headSlices;
 
@@ -46,6 +50,134 @@ int64_t visibleKeys(int64_t t, int64_t k0, int64_t cols, bool causal) {
   return causal ? std::clamp<int64_t>(t - k0 + 1, 0, cols) : cols;
 }
 
+/// row[u] = exp(row[u] - shift) for the `valid` first of `cols`, 0 after; returns their sum.
+double expRow(double *row, double shift, int64_t valid, int64_t cols) {
+  double sum = 0;
+  for (int64_t u = 0; u < valid; ++u) {
+    row[u] = std::exp(row[u] - shift);
+    sum += row[u];
+  }
+  std::fill(row + valid, row + cols, 0.0);
+  return sum;
+}
+
+double expRow(float *row, double shift, int64_t valid, int64_t cols) {
+  float sum = 0, m = float(shift);
+#pragma omp simd reduction(+ : sum)
+  for (int64_t u = 0; u < valid; ++u) {
+    row[u] = detail::expf(row[u] - m);
+    sum += row[u];
+  }
+  std::fill(row + valid, row + cols, 0.0f);
+  return sum;
+}
+
+/// A thread's scratch of `size` elements, kept between calls (`which` tells buffers apart).
+template <typename T> T *scratch(size_t size, int which) {
+  thread_local std::vector<T> buffers[3];
+  std::vector<T> &buffer = buffers[which];
+  if (buffer.size() < size)
+    buffer.resize(size);
+  return buffer.data();
+}
+
+/// Zeroes `rows` rows of `width` elements `stride` apart.
+template <typename T> void zeroRows(T *x, int64_t rows, int64_t width, int64_t stride) {
+  for (int64_t t = 0; t < rows; ++t)
+    std::fill_n(x + t * stride, width, T(0));
+}
+
+/// The forward of one (batch, head) slice: y and lse of its query rows.
+template <typename T>
+void flashForwardSlice(T *y, T *rowLse, const T *q, const T *k, const T *v, HeadSlices s,
+                       int64_t seq, int64_t headDim, bool causal) {
+  T scale = T(1.0 / std::sqrt(double(headDim)));
+  T *scores = scratch<T>(size_t(kTile * kTile), 0), *acc = scratch<T>(size_t(kTile * headDim), 1);
+  double rowMax[kTile], rowSum[kTile];
+  for (int64_t q0 = 0; q0 < seq; q0 += kTile) {
+    QueryTile tile = queryTile(q0, seq, causal);
+    std::fill_n(rowMax, kTile, -std::numeric_limits<double>::infinity());
+    std::fill_n(rowSum, kTile, 0.0);
+    std::fill_n(acc, kTile * headDim, T(0));
+    for (int64_t k0 = 0; k0 < tile.keyEnd; k0 += kTile) {
+      int64_t cols = std::min(kTile, tile.keyEnd - k0);
+      gemmSerial(false, true, tile.rows, cols, headDim, scale, q + s.qOffset + q0 * s.qStride,
+                 s.qStride, k + s.kvOffset + k0 * s.kvStride, s.kvStride, T(0), scores, cols);
+      for (int64_t r = 0; r < tile.rows; ++r) {
+        T *row = scores + r * cols;
+        int64_t valid = visibleKeys(q0 + r, k0, cols, causal);
+        // A row that sees no key of this tile keeps its state (its row of scores is zero).
+        if (valid == 0) {
+          std::fill_n(row, cols, T(0));
+          continue;
+        }
+        double newMax = std::max(rowMax[r], double(*std::max_element(row, row + valid)));
+        double rescale = std::exp(rowMax[r] - newMax);
+        rowSum[r] = rowSum[r] * rescale + expRow(row, newMax, valid, cols);
+        rowMax[r] = newMax;
+        T factor = T(rescale);
+        for (int64_t j = 0; j < headDim; ++j)
+          acc[r * headDim + j] *= factor;
+      }
+      gemmSerial(false, false, tile.rows, headDim, cols, T(1), scores, cols,
+                 v + s.kvOffset + k0 * s.kvStride, s.kvStride, T(1), acc, headDim);
+    }
+    for (int64_t r = 0; r < tile.rows; ++r) {
+      T *out = y + s.qOffset + (q0 + r) * s.qStride;
+      for (int64_t j = 0; j < headDim; ++j)
+        out[j] = T(acc[r * headDim + j] / rowSum[r]);
+      rowLse[q0 + r] = T(rowMax[r] + std::log(rowSum[r]));
+    }
+  }
+}
+
+/// The backward of one query head's slice, adding into dq, dk and dv (zeroed by the caller).
+template <typename T>
+void flashBackwardSlice(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v, const T *y,
+                        const T *rowLse, const T *dy, HeadSlices s, int64_t seq, int64_t headDim,
+                        bool causal) {
+  T scale = T(1.0 / std::sqrt(double(headDim)));
+  T *probs = scratch<T>(size_t(kTile * kTile), 0), *dscores = scratch<T>(size_t(kTile * kTile), 1);
+  T *delta = scratch<T>(size_t(seq), 2);
+  for (int64_t t = 0; t < seq; ++t) {
+    const T *dyRow = dy + s.qOffset + t * s.qStride, *yRow = y + s.qOffset + t * s.qStride;
+    double dot = 0;
+    for (int64_t j = 0; j < headDim; ++j)
+      dot += double(dyRow[j]) * yRow[j];
+    delta[t] = T(dot);
+  }
+  for (int64_t q0 = 0; q0 < seq; q0 += kTile) {
+    QueryTile tile = queryTile(q0, seq, causal);
+    const T *qTile = q + s.qOffset + q0 * s.qStride, *dyTile = dy + s.qOffset + q0 * s.qStride;
+    for (int64_t k0 = 0; k0 < tile.keyEnd; k0 += kTile) {
+      int64_t cols = std::min(kTile, tile.keyEnd - k0);
+      const T *kTileRows = k + s.kvOffset + k0 * s.kvStride;
+      const T *vTileRows = v + s.kvOffset + k0 * s.kvStride;
+      gemmSerial(false, true, tile.rows, cols, headDim, scale, qTile, s.qStride, kTileRows,
+                 s.kvStride, T(0), probs, cols);
+      for (int64_t r = 0; r < tile.rows; ++r)
+        expRow(probs + r * cols, double(rowLse[q0 + r]), visibleKeys(q0 + r, k0, cols, causal),
+               cols);
+      // Query heads of one group share k and v, so their dk and dv add up (beta = 1).
+      gemmSerial(true, false, cols, headDim, tile.rows, T(1), probs, cols, dyTile, s.qStride,
+                 T(1), dv + s.kvOffset + k0 * s.kvStride, s.kvStride);
+      gemmSerial(false, true, tile.rows, cols, headDim, T(1), dyTile, s.qStride, vTileRows,
+                 s.kvStride, T(0), dscores, cols);
+      for (int64_t r = 0; r < tile.rows; ++r) {
+        T *ds = dscores + r * cols;
+        const T *p = probs + r * cols, d = delta[q0 + r];
+#pragma omp simd
+        for (int64_t u = 0; u < cols; ++u)
+          ds[u] = p[u] * (ds[u] - d);
+      }
+      gemmSerial(false, false, tile.rows, headDim, cols, scale, dscores, cols, kTileRows,
+                 s.kvStride, T(1), dq + s.qOffset + q0 * s.qStride, s.qStride);
+      gemmSerial(true, false, cols, headDim, tile.rows, scale, dscores, cols, qTile, s.qStride,
+                 T(1), dk + s.kvOffset + k0 * s.kvStride, s.kvStride);
+    }
+  }
+}
+
 } // namespace
 
 template <typename T>
@@ -53,55 +185,12 @@ void flashAttentionForward(T *y, T *lse, const T *q, const T *k, const T *v, int
                            int64_t batch, int64_t heads, int64_t kvHeads, int64_t headDim,
                            bool causal) {
   // y = softmax(s q k^T + mask) v a tile at a time; lse = m + log(l) per query row
-  T scale = T(1.0 / std::sqrt(double(headDim)));
-  std::vector<T> scores(size_t(kTile * kTile)), acc(size_t(kTile * headDim));
-  std::vector<double> rowMax(static_cast<size_t>(kTile)), rowSum(static_cast<size_t>(kTile));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads; ++h) {
-      HeadSlices s = headSlices(b, h, batch, heads, kvHeads, headDim);
-      T *rowLse = lse + (b * heads + h) * seq;
-      for (int64_t q0 = 0; q0 < seq; q0 += kTile) {
-        QueryTile tile = queryTile(q0, seq, causal);
-        std::fill(rowMax.begin(), rowMax.end(), -std::numeric_limits<double>::infinity());
-        std::fill(rowSum.begin(), rowSum.end(), 0.0);
-        std::fill(acc.begin(), acc.end(), T(0));
-        for (int64_t k0 = 0; k0 < tile.keyEnd; k0 += kTile) {
-          int64_t cols = std::min(kTile, tile.keyEnd - k0);
-          gemm(false, true, tile.rows, cols, headDim, scale, q + s.qOffset + q0 * s.qStride,
-               s.qStride, k + s.kvOffset + k0 * s.kvStride, s.kvStride, T(0), scores.data(),
-               cols);
-          for (int64_t r = 0; r < tile.rows; ++r) {
-            T *row = scores.data() + r * cols;
-            int64_t valid = visibleKeys(q0 + r, k0, cols, causal);
-            double tileMax = -std::numeric_limits<double>::infinity();
-            for (int64_t u = 0; u < valid; ++u)
-              tileMax = std::max(tileMax, double(row[u]));
-            double newMax = std::max(rowMax[size_t(r)], tileMax);
-            // A row that sees no key of this tile keeps its state: its scale is 1.
-            double rescale = valid == 0 ? 1.0 : std::exp(rowMax[size_t(r)] - newMax);
-            double sum = 0;
-            for (int64_t u = 0; u < cols; ++u) {
-              row[u] = u < valid ? T(std::exp(double(row[u]) - newMax)) : T(0);
-              sum += row[u];
-            }
-            if (valid > 0) {
-              rowSum[size_t(r)] = rowSum[size_t(r)] * rescale + sum;
-              rowMax[size_t(r)] = newMax;
-              for (int64_t j = 0; j < headDim; ++j)
-                acc[size_t(r * headDim + j)] *= T(rescale);
-            }
-          }
-          gemm(false, false, tile.rows, headDim, cols, T(1), scores.data(), cols,
-               v + s.kvOffset + k0 * s.kvStride, s.kvStride, T(1), acc.data(), headDim);
-        }
-        for (int64_t r = 0; r < tile.rows; ++r) {
-          T *out = y + s.qOffset + (q0 + r) * s.qStride;
-          for (int64_t j = 0; j < headDim; ++j)
-            out[j] = T(acc[size_t(r * headDim + j)] / rowSum[size_t(r)]);
-          rowLse[q0 + r] = T(rowMax[size_t(r)] + std::log(rowSum[size_t(r)]));
-        }
-      }
-    }
+  detail::parallelFor(batch * heads, 1, [&](int64_t first, int64_t last) {
+    for (int64_t slice = first; slice < last; ++slice)
+      flashForwardSlice(y, lse + slice * seq, q, k, v,
+                        headSlices(slice / heads, slice % heads, batch, heads, kvHeads, headDim),
+                        seq, headDim, causal);
+  });
 }
 
 template <typename T>
@@ -110,55 +199,21 @@ void flashAttentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T
                             int64_t kvHeads, int64_t headDim, bool causal) {
   // P = exp(s q k^T - lse); dv += P^T dy; dS = P (dy v^T - D), D = rowsum(dy y);
   // dq += s dS k; dk += s dS^T q
-  T scale = T(1.0 / std::sqrt(double(headDim)));
-  std::fill(dq, dq + seq * batch * heads * headDim, T(0));
-  std::fill(dk, dk + seq * batch * kvHeads * headDim, T(0));
-  std::fill(dv, dv + seq * batch * kvHeads * headDim, T(0));
-  std::vector<T> probs(size_t(kTile * kTile)), dscores(size_t(kTile * kTile));
-  std::vector<double> delta(static_cast<size_t>(seq));
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t h = 0; h < heads; ++h) {
-      HeadSlices s = headSlices(b, h, batch, heads, kvHeads, headDim);
-      const T *rowLse = lse + (b * heads + h) * seq;
-      for (int64_t t = 0; t < seq; ++t) {
-        const T *dyRow = dy + s.qOffset + t * s.qStride, *yRow = y + s.qOffset + t * s.qStride;
-        double dot = 0;
-        for (int64_t j = 0; j < headDim; ++j)
-          dot += double(dyRow[j]) * yRow[j];
-        delta[size_t(t)] = dot;
-      }
-      for (int64_t q0 = 0; q0 < seq; q0 += kTile) {
-        QueryTile tile = queryTile(q0, seq, causal);
-        const T *qTile = q + s.qOffset + q0 * s.qStride, *dyTile = dy + s.qOffset + q0 * s.qStride;
-        for (int64_t k0 = 0; k0 < tile.keyEnd; k0 += kTile) {
-          int64_t cols = std::min(kTile, tile.keyEnd - k0);
-          const T *kTileRows = k + s.kvOffset + k0 * s.kvStride;
-          const T *vTileRows = v + s.kvOffset + k0 * s.kvStride;
-          gemm(false, true, tile.rows, cols, headDim, scale, qTile, s.qStride, kTileRows,
-               s.kvStride, T(0), probs.data(), cols);
-          for (int64_t r = 0; r < tile.rows; ++r) {
-            int64_t valid = visibleKeys(q0 + r, k0, cols, causal);
-            T *row = probs.data() + r * cols;
-            for (int64_t u = 0; u < cols; ++u)
-              row[u] = u < valid ? T(std::exp(double(row[u]) - double(rowLse[q0 + r]))) : T(0);
-          }
-          // Query heads of one group share k and v, so their dk and dv add up (beta = 1).
-          gemm(true, false, cols, headDim, tile.rows, T(1), probs.data(), cols, dyTile, s.qStride,
-               T(1), dv + s.kvOffset + k0 * s.kvStride, s.kvStride);
-          gemm(false, true, tile.rows, cols, headDim, T(1), dyTile, s.qStride, vTileRows,
-               s.kvStride, T(0), dscores.data(), cols);
-          for (int64_t r = 0; r < tile.rows; ++r)
-            for (int64_t u = 0; u < cols; ++u) {
-              T &ds = dscores[size_t(r * cols + u)];
-              ds = T(probs[size_t(r * cols + u)] * (double(ds) - delta[size_t(q0 + r)]));
-            }
-          gemm(false, false, tile.rows, headDim, cols, scale, dscores.data(), cols, kTileRows,
-               s.kvStride, T(1), dq + s.qOffset + q0 * s.qStride, s.qStride);
-          gemm(true, false, cols, headDim, tile.rows, scale, dscores.data(), cols, qTile,
-               s.qStride, T(1), dk + s.kvOffset + k0 * s.kvStride, s.kvStride);
-        }
+  int64_t group = heads / kvHeads;
+  detail::parallelFor(batch * kvHeads, 1, [&](int64_t first, int64_t last) {
+    for (int64_t kvSlice = first; kvSlice < last; ++kvSlice) {
+      int64_t b = kvSlice / kvHeads, kvHead = kvSlice % kvHeads;
+      HeadSlices lead = headSlices(b, kvHead * group, batch, heads, kvHeads, headDim);
+      zeroRows(dk + lead.kvOffset, seq, headDim, lead.kvStride);
+      zeroRows(dv + lead.kvOffset, seq, headDim, lead.kvStride);
+      for (int64_t h = kvHead * group; h < (kvHead + 1) * group; ++h) {
+        HeadSlices s = headSlices(b, h, batch, heads, kvHeads, headDim);
+        zeroRows(dq + s.qOffset, seq, headDim, s.qStride);
+        flashBackwardSlice(dq, dk, dv, q, k, v, y, lse + (b * heads + h) * seq, dy, s, seq,
+                           headDim, causal);
       }
     }
+  });
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \
