@@ -12,7 +12,7 @@
 # median of the runs and their spread (min-max).
 #
 # Usage: bench/vs-pytorch.sh [--bin DIR] [--steps N] [--runs R] [--threads T] [--venv DIR]
-#                            [--only tiny|gemm|ranks] [--keep DIR]
+#                            [--only tiny|gemm|ranks] [--keep DIR] [--cpu-seconds]
 #   --bin DIR     where parc and parrun are (default: build/bin, or $PARC_BIN)
 #   --steps N     training steps per run (default 8; step 1 is not counted)
 #   --runs R      runs per side and model (default 3)
@@ -20,6 +20,10 @@
 #   --venv DIR    the virtual environment with torch (default ~/.cache/parc-bench-venv)
 #   --only WHAT   one row only
 #   --keep DIR    keep plans and logs under DIR (default: a temporary directory)
+#   --cpu-seconds tokens per CPU-second instead of per second, for a machine that others load:
+#                 each run is a 2-step and an N-step launch, and its figure (N - 2) steps'
+#                 tokens over the difference of their user + sys seconds (start-up cancels).
+#                 Meant for --threads 1 (threads that wait count CPU time); no 8-rank row
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -30,6 +34,7 @@ threads=2
 venv=${PARC_BENCH_VENV:-$HOME/.cache/parc-bench-venv}
 only=""
 keep=""
+cpu_seconds=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -39,6 +44,7 @@ while [[ $# -gt 0 ]]; do
     --venv) venv=$2; shift 2 ;;
     --only) only=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
+    --cpu-seconds) cpu_seconds=1; shift ;;
     -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "vs-pytorch.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
   esac
@@ -49,11 +55,15 @@ for tool in parc parrun; do
     exit 2
   fi
 done
-if [[ $steps -lt 2 || $runs -lt 1 ]]; then
-  echo "vs-pytorch.sh: --steps must be 2 or more and --runs 1 or more" >&2
+if [[ $steps -lt 2 || $runs -lt 1 || ( $cpu_seconds == 1 && $steps -lt 3 ) ]]; then
+  echo "vs-pytorch.sh: --steps must be 2 or more (3 with --cpu-seconds) and --runs 1 or more" >&2
   exit 2
 fi
 case $only in ""|tiny|gemm|ranks) ;; *) echo "vs-pytorch.sh: --only tiny, gemm or ranks" >&2; exit 2 ;; esac
+if [[ $cpu_seconds == 1 && $only == ranks ]]; then
+  echo "vs-pytorch.sh: --cpu-seconds has no 8-rank row" >&2
+  exit 2
+fi
 
 if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import torch' 2> /dev/null; then
   echo "vs-pytorch.sh: installing torch into $venv (once)" >&2
@@ -138,23 +148,46 @@ torch_tokens() { # LOG TOKENS_PER_STEP -> median tokens/s over steps 2..N
 
 # A parrun from before --threads (a baseline build) takes its threads from OpenBLAS instead.
 has_threads=$("$bin/parrun" --help 2>&1 | grep -c -- '--threads=' || true)
-run_parrun() { # NAME THREADS RUN -> prints tokens/s
+launch_parrun() { # NAME STEPS LOG
   if [[ $has_threads -gt 0 ]]; then
-    "$bin/parrun" "$work/$1" --steps "$steps" --threads "$2" > "$work/$1.parrun.$3.log"
+    "$bin/parrun" "$work/$1" --steps "$2" --threads "$threads" > "$3"
   else
-    OPENBLAS_NUM_THREADS=$2 "$bin/parrun" "$work/$1" --steps "$steps" > "$work/$1.parrun.$3.log"
+    OPENBLAS_NUM_THREADS=$threads "$bin/parrun" "$work/$1" --steps "$2" > "$3"
   fi
-  parrun_tokens "$work/$1.parrun.$3.log"
 }
-run_torch() { # NAME RUN -> prints tokens/s
+launch_torch() { # NAME STEPS LOG
   local par=$work/$1.par hidden
   hidden=$(field "$par" hidden)
   "$python" "$root/bench/vs-pytorch.py" --vocab "$(field "$par" vocab)" --seq "$(field "$par" seq)" \
     --hidden "$hidden" --heads "$(field "$par" heads)" --blocks "$(blocks "$par")" \
     --ffn $((4 * hidden)) --micro-batch "$(field "$par" micro_batch)" \
-    --global-batch "$(field "$par" global_batch)" --steps "$steps" --threads "$threads" \
-    > "$work/$1.torch.$2.log"
-  torch_tokens "$work/$1.torch.$2.log" "$(( $(field "$par" global_batch) * $(field "$par" seq) ))"
+    --global-batch "$(field "$par" global_batch)" --steps "$2" --threads "$threads" > "$3"
+}
+step_tokens() { echo $(( $(field "$work/$1.par" global_batch) * $(field "$work/$1.par" seq) )); }
+per_cpu_second() { # SIDE NAME RUN -> tokens per CPU-second of steps 3..N
+  local log=$work/$2.$1.$3 TIMEFORMAT='%3U %3S' short long
+  { time "launch_$1" "$2" 2 "$log.short.log" 2>> "$log.err"; } 2> "$log.short.time"
+  { time "launch_$1" "$2" "$steps" "$log.log" 2>> "$log.err"; } 2> "$log.time"
+  short=$(awk '{ print $1 + $2 }' "$log.short.time")
+  long=$(awk '{ print $1 + $2 }' "$log.time")
+  awk -v n=$((steps - 2)) -v t="$(step_tokens "$2")" -v a="$short" -v b="$long" \
+    'BEGIN { if (b > a) printf "%.0f\n", n * t / (b - a); else print "n/a" }'
+}
+run_parrun() { # NAME RUN -> prints tokens/s (or per CPU-second)
+  if [[ $cpu_seconds == 1 ]]; then
+    per_cpu_second parrun "$1" "$2"
+    return
+  fi
+  launch_parrun "$1" "$steps" "$work/$1.parrun.$2.log"
+  parrun_tokens "$work/$1.parrun.$2.log"
+}
+run_torch() { # NAME RUN -> prints tokens/s (or per CPU-second)
+  if [[ $cpu_seconds == 1 ]]; then
+    per_cpu_second torch "$1" "$2"
+    return
+  fi
+  launch_torch "$1" "$steps" "$work/$1.torch.$2.log"
+  torch_tokens "$work/$1.torch.$2.log" "$(step_tokens "$1")"
 }
 
 for name in tiny tiny-8rank gemm; do
@@ -164,18 +197,18 @@ done
 declare -A results
 for ((run = 1; run <= runs; ++run)); do
   if [[ -z $only || $only == tiny || $only == ranks ]]; then
-    results[tiny.parrun]+="$(run_parrun tiny "$threads" "$run") "
+    results[tiny.parrun]+="$(run_parrun tiny "$run") "
   fi
   if [[ -z $only || $only == tiny ]]; then
     results[tiny.torch]+="$(run_torch tiny "$run") "
   fi
-  if [[ -z $only || $only == ranks ]]; then
+  if [[ $cpu_seconds == 0 && ( -z $only || $only == ranks ) ]]; then
     # Eight rank threads on this machine's cores: parrun sizes the kernel threads itself.
     "$bin/parrun" "$work/tiny-8rank" --steps "$steps" > "$work/tiny-8rank.parrun.$run.log"
     results[ranks.parrun]+="$(parrun_tokens "$work/tiny-8rank.parrun.$run.log") "
   fi
   if [[ -z $only || $only == gemm ]]; then
-    results[gemm.parrun]+="$(run_parrun gemm "$threads" "$run") "
+    results[gemm.parrun]+="$(run_parrun gemm "$run") "
     results[gemm.torch]+="$(run_torch gemm "$run") "
   fi
 done
@@ -191,7 +224,9 @@ summary() { # "v1 v2 ..." -> "median (min-max)"
 med() { printf '%s\n' $1 | median; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
 
-printf '%-44s %22s %22s %7s\n' "model" "parrun tokens/s" "reference tokens/s" "ratio"
+unit=tokens/s
+[[ $cpu_seconds == 1 ]] && unit=tokens/CPU-s
+printf '%-44s %22s %22s %7s\n' "model" "parrun $unit" "reference $unit" "ratio"
 if [[ -n ${results[tiny.torch]:-} ]]; then
   printf '%-44s %22s %22s %7s\n' "tiny.par, 1 rank, $threads threads vs PyTorch" \
     "$(summary "${results[tiny.parrun]}")" "$(summary "${results[tiny.torch]}")" \
@@ -207,5 +242,7 @@ if [[ -n ${results[ranks.parrun]:-} ]]; then
     "$(summary "${results[ranks.parrun]}")" "$(summary "${results[tiny.parrun]}")" \
     "$(ratio "$(med "${results[ranks.parrun]}")" "$(med "${results[tiny.parrun]}")")"
 fi
-echo "medians of $runs runs (min-max), each the median of steps 2..$steps; fp32; $(nproc) cores;" \
+how="each the median of steps 2..$steps"
+[[ $cpu_seconds == 1 ]] && how="each steps 3..$steps over their CPU seconds"
+echo "medians of $runs runs (min-max), $how; fp32; $(nproc) cores;" \
   "torch $("$python" -c 'import torch; print(torch.__version__)'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
