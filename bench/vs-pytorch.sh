@@ -22,7 +22,9 @@
 #   --keep DIR    keep plans and logs under DIR (default: a temporary directory)
 #   --cpu-seconds tokens per CPU-second instead of per second, for a machine that others load:
 #                 each run is a 2-step and an N-step launch, and its figure (N - 2) steps'
-#                 tokens over the difference of their user + sys seconds (start-up cancels).
+#                 tokens over the difference of their user + sys seconds (start-up cancels;
+#                 a run whose difference is not positive is left out, so give enough steps:
+#                 PyTorch's import varies by a few tenths of a second).
 #                 Meant for --threads 1 (threads that wait count CPU time); no 8-rank row
 set -euo pipefail
 
@@ -171,7 +173,7 @@ per_cpu_second() { # SIDE NAME RUN -> tokens per CPU-second of steps 3..N
   short=$(awk '{ print $1 + $2 }' "$log.short.time")
   long=$(awk '{ print $1 + $2 }' "$log.time")
   awk -v n=$((steps - 2)) -v t="$(step_tokens "$2")" -v a="$short" -v b="$long" \
-    'BEGIN { if (b > a) printf "%.0f\n", n * t / (b - a); else print "n/a" }'
+    'BEGIN { if (b > a) printf "%.0f\n", n * t / (b - a) }'
 }
 run_parrun() { # NAME RUN -> prints tokens/s (or per CPU-second)
   if [[ $cpu_seconds == 1 ]]; then
