@@ -21,6 +21,7 @@
 #include <cerrno>
 #include <csignal>
 #include <mutex>
+#include <optional>
 #include <unistd.h>
 
 namespace fs = llvm::sys::fs;
@@ -263,6 +264,7 @@ llvm::Error writePlanDirectory(StringRef shownDir, const plan::Manifest &manifes
 
   removeStaleTemporaries(dir);
   llvm::SmallString<256> staged;
+  std::optional<HoldCleanupSignals> held(std::in_place);
   if (std::error_code ec = fs::createUniqueDirectory(temporaryPrefix(dir), staged)) {
     StringRef parent = path::parent_path(dir);
     if (ec == std::errc::no_such_file_or_directory)
@@ -273,6 +275,7 @@ llvm::Error writePlanDirectory(StringRef shownDir, const plan::Manifest &manifes
   }
   RemoveOnExit cleanup(staged.str().str());
   RemoveOnSignal interrupted(staged);
+  held.reset(); // a signal that came meanwhile arrives now, with the directory registered
   // createUniqueDirectory makes it private to the owner; a plan directory is as readable as
   // one made by mkdir.
   fs::setPermissions(staged, static_cast<fs::perms>(fs::all_all & ~fs::getUmask()));
@@ -307,6 +310,7 @@ llvm::Error writeFileAtomically(StringRef path,
   }
   int fd = -1;
   llvm::SmallString<256> temporary;
+  std::optional<HoldCleanupSignals> held(std::in_place);
   if (std::error_code ec = fs::createUniqueFile(path + ".parc-tmp-%%%%%%", fd, temporary)) {
     if (ec == std::errc::no_such_file_or_directory)
       return failure("cannot write '" + path + "': its directory '" + path::parent_path(path) +
@@ -315,6 +319,7 @@ llvm::Error writeFileAtomically(StringRef path,
   }
   RemoveOnExit cleanup(temporary.str().str());
   RemoveOnSignal interrupted(temporary);
+  held.reset();
   // createUniqueFile makes it private to the owner; an output is as readable as any new file.
   fs::setPermissions(fd, static_cast<fs::perms>((fs::all_read | fs::all_write) & ~fs::getUmask()));
   llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);

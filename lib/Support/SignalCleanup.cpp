@@ -26,6 +26,10 @@ constexpr size_t MaxPath = 4096;
 char registered[MaxPath];
 /// Whether `registered` holds a path to remove, and whether a signal arrived.
 std::atomic<bool> pathArmed{false}, signalSeen{false};
+// While a temporary is being created and registered (HoldCleanupSignals), a signal is only
+// noted: any thread may take a process-directed signal, so blocking it in one is not enough.
+std::atomic<bool> holding{false};
+std::atomic<int> heldSignal{0};
 
 struct LinuxDirent64 {
   ino64_t d_ino;
@@ -82,6 +86,10 @@ void removeRegistered() {
 
 void onSignal(int signal) {
   signalSeen = true;
+  if (holding) {
+    heldSignal = signal;
+    return;
+  }
   if (pathArmed.exchange(false))
     removeRegistered();
   // End the process as the signal would have: the default action, raised again.
@@ -100,6 +108,7 @@ void installHandlers() {
   struct sigaction action;
   std::memset(&action, 0, sizeof(action));
   action.sa_handler = onSignal;
+  action.sa_flags = SA_RESTART; // a held signal returns: the interrupted call goes on
   sigemptyset(&action.sa_mask);
   for (int signal : Signals)
     sigaddset(&action.sa_mask, signal); // one cleanup at a time
@@ -124,6 +133,17 @@ void RemoveOnSignal::release() {
   if (armed)
     pathArmed = false;
   armed = false;
+}
+
+HoldCleanupSignals::HoldCleanupSignals() {
+  installHandlers();
+  holding = true;
+}
+
+HoldCleanupSignals::~HoldCleanupSignals() {
+  holding = false;
+  if (int signal = heldSignal.exchange(0))
+    onSignal(signal); // removes what is registered by now, then ends the process
 }
 
 bool interruptedBySignal() { return signalSeen; }

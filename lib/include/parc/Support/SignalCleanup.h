@@ -32,6 +32,17 @@ private:
   bool armed = false;
 };
 
+/// Holds SIGINT, SIGTERM and SIGHUP back, in every thread, while it lives; one that arrives
+/// meanwhile takes effect when it ends. Around creating a temporary and registering it with
+/// RemoveOnSignal, so that no signal falls between the two and leaves it behind.
+class HoldCleanupSignals {
+public:
+  HoldCleanupSignals();
+  ~HoldCleanupSignals();
+  HoldCleanupSignals(const HoldCleanupSignals &) = delete;
+  HoldCleanupSignals &operator=(const HoldCleanupSignals &) = delete;
+};
+
 /// Whether a signal is removing the registered path: writers stop starting new files.
 bool interruptedBySignal();
 
