@@ -252,12 +252,18 @@ void readLlama(ModelBuilder &b) {
   readTied(b, false);
 }
 
-void readMistral(ModelBuilder &b) {
+/// Mistral's blocks, which Mixtral shares: Llama's with SiLU, no biases and a sliding window
+/// that must cover the sequence.
+void readMistralBlocks(ModelBuilder &b, llvm::StringRef noBiases) {
   readLlamaCore(b);
   readActivation(b, "hidden_act", "silu", true);
-  b.set("bias", "none", "Mistral has no biases");
+  b.set("bias", "none", noBiases);
   if (std::optional<int64_t> window = b.config.count("sliding_window"))
     limitToWindow(b, "sliding_window", *window);
+}
+
+void readMistral(ModelBuilder &b) {
+  readMistralBlocks(b, "Mistral has no biases");
   readTied(b, false);
 }
 
@@ -303,11 +309,7 @@ void readGemma(ModelBuilder &b) {
 /// renormalised to sum to one (MixtralSparseMoeBlock), no capacity limit, no biases.
 void readMixtral(ModelBuilder &b) {
   Config &c = b.config;
-  readLlamaCore(b);
-  readActivation(b, "hidden_act", "silu", true);
-  b.set("bias", "none", "Mixtral has no biases");
-  if (std::optional<int64_t> window = c.count("sliding_window"))
-    limitToWindow(b, "sliding_window", *window);
+  readMistralBlocks(b, "Mixtral has no biases");
   c.accept({"sliding_window"});
   std::optional<int64_t> experts = c.count("num_local_experts");
   b.set("experts", experts.value_or(8),
