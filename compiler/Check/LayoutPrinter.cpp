@@ -8,8 +8,6 @@
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 
-#include <algorithm>
-
 namespace parc {
 
 namespace {
@@ -34,32 +32,15 @@ void printGroup(llvm::StringRef name, int64_t size, llvm::function_ref<int64_t(i
     os << (layout.nodeOf(member(0)) != layout.nodeOf(member(size - 1)) ? "inter" : "intra");
 }
 
-/// Member i, in ascending rank order, of the group of `rank` over `axes` of `grid`: the digits
-/// of i along those axes, the one with the smallest stride varying fastest.
-int64_t memberOf(const RankGrid &grid, int64_t rank, AxisSet axes, int64_t i) {
-  std::vector<Axis> inner;
-  for (Axis axis : kAllAxes)
-    if (axes.contains(axis))
-      inner.push_back(axis);
-  std::sort(inner.begin(), inner.end(),
-            [&](Axis a, Axis b) { return grid.stride(a) < grid.stride(b); });
-  int64_t member = rank;
-  for (Axis axis : inner) {
-    int64_t size = grid.size(axis), stride = grid.stride(axis);
-    member += (i % size - rank / stride % size) * stride;
-    i /= size;
-  }
-  return member;
-}
-
+/// The group over `axes` of `grid` (the layout's, or its expert grid) that holds `rank`,
+/// member by member.
 void printAxesGroup(llvm::StringRef name, AxisSet axes, int64_t rank, const RankLayout &layout,
                     llvm::raw_ostream &os, const RankGrid &grid) {
   printGroup(
-      name, grid.groupSize(axes), [&](int64_t i) { return memberOf(grid, rank, axes, i); },
+      name, grid.groupSize(axes), [&](int64_t i) { return grid.member(rank, axes, i); },
       layout, os);
 }
 
-/// The group over `axes` of the layout's grid, or of its expert grid.
 void printAxesGroup(llvm::StringRef name, AxisSet axes, int64_t rank, const RankLayout &layout,
                     llvm::raw_ostream &os) {
   printAxesGroup(name, axes, rank, layout, os, layout.grid);

@@ -66,22 +66,21 @@ int64_t RankGrid::groupSize(AxisSet axes) const {
 }
 
 std::vector<int64_t> RankGrid::group(int64_t rank, AxisSet axes) const {
-  int64_t base = rank;
-  for (Axis a : kAllAxes)
-    if (axes.contains(a))
-      base -= coord(rank, a) * stride(a);
   std::vector<int64_t> members(size_t(groupSize(axes)));
-  for (size_t i = 0; i < members.size(); ++i) {
-    // The member's index over `axes` is a mixed-radix number in the grid's order.
-    int64_t index = int64_t(i), member = base;
-    for (Axis a : rankOrder.axes())
-      if (axes.contains(a)) {
-        member += index % size(a) * stride(a);
-        index /= size(a);
-      }
-    members[i] = member;
-  }
+  for (size_t i = 0; i < members.size(); ++i)
+    members[i] = member(rank, axes, int64_t(i));
   return members;
+}
+
+int64_t RankGrid::member(int64_t rank, AxisSet axes, int64_t i) const {
+  // The member's index over `axes` is a mixed-radix number in the grid's order.
+  int64_t result = rank;
+  for (Axis a : rankOrder.axes())
+    if (axes.contains(a)) {
+      result += (i % size(a) - coord(rank, a)) * stride(a);
+      i /= size(a);
+    }
+  return result;
 }
 
 int64_t RankGrid::indexIn(int64_t rank, AxisSet axes) const {

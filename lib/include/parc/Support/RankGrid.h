@@ -104,6 +104,8 @@ public:
   int64_t groupSize(AxisSet axes) const;
   /// The group over `axes` that holds `rank`, member i the one whose index over `axes` is i.
   std::vector<int64_t> group(int64_t rank, AxisSet axes) const;
+  /// Member i of that group, without building it.
+  int64_t member(int64_t rank, AxisSet axes, int64_t i) const;
   /// `rank`'s position in that group.
   int64_t indexIn(int64_t rank, AxisSet axes) const;
   /// Every group over `axes`, in the order Megatron-Core's get_ranks lists them (by their
