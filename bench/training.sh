@@ -38,21 +38,11 @@ if [[ $steps -lt 2 ]]; then
   exit 2
 fi
 
-if [[ -n $keep ]]; then
-  mkdir -p "$keep"
-  work=$(cd "$keep" && pwd)
-else
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-fi
+# shellcheck source=bench/common.sh
+source "$root/bench/common.sh"
+bench_work_dir "$keep"
 
-# The 1-rank variant: only the cluster size and the mapping change.
-sed -e 's/gpus_per_node = 8 /gpus_per_node = 1 /' -e 's/^\(  [tpd][pd]\) = 2$/\1 = 1/' \
-  "$root/examples/tiny.par" > "$work/tiny-1rank.par"
-if ! grep -q '^  tp = 1$' "$work/tiny-1rank.par" || ! grep -q 'gpus_per_node = 1 ' "$work/tiny-1rank.par"; then
-  echo "training.sh: examples/tiny.par changed shape; update the 1-rank rewrite" >&2
-  exit 1
-fi
+tiny_one_rank "$work/tiny-1rank.par" training.sh
 cp "$root/examples/tiny.par" "$work/tiny-8rank.par"
 
 have_perf=0

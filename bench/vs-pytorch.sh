@@ -77,21 +77,12 @@ if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import torch' 2> /dev
 fi
 python=$venv/bin/python
 
-if [[ -n $keep ]]; then
-  mkdir -p "$keep"
-  work=$(cd "$keep" && pwd)
-else
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-fi
+# shellcheck source=bench/common.sh
+source "$root/bench/common.sh"
+bench_work_dir "$keep"
 
-# tiny at 1 rank: only the cluster size and the mapping change (as bench/training.sh does).
-sed -e 's/gpus_per_node = 8 /gpus_per_node = 1 /' -e 's/^\(  [tpd][pd]\) = 2$/\1 = 1/' \
-  "$root/examples/tiny.par" > "$work/tiny.par"
-if ! grep -q '^  tp = 1$' "$work/tiny.par" || ! grep -q 'gpus_per_node = 1 ' "$work/tiny.par"; then
-  echo "vs-pytorch.sh: examples/tiny.par changed shape; update the 1-rank rewrite" >&2
-  exit 1
-fi
+# tiny at 1 rank (bench/common.sh).
+tiny_one_rank "$work/tiny.par" vs-pytorch.sh
 cp "$root/examples/tiny.par" "$work/tiny-8rank.par"
 cat > "$work/gemm.par" <<'PAR'
 # The GEMM-heavy model of bench/vs-pytorch.sh: hidden 512, 8 heads, 6 blocks, seq 256.
