@@ -3,6 +3,7 @@
 #include "parc/Runtime/PlanLoader.h"
 
 #include "parc/Plan/PlanJSON.h"
+#include "parc/Plan/PlanTraffic.h"
 
 #include "llvm/ADT/SmallString.h"
 #include "llvm/ADT/StringExtras.h"
@@ -31,11 +32,13 @@ struct Status {
   std::string error;
   int64_t world = 0;
   std::string planId, manifestId;
+  plan::TrafficSignature traffic;
 
   std::string encode() const {
     if (!ok)
       return "E" + error;
-    return "K" + std::to_string(world) + "\t" + planId + "\t" + manifestId;
+    return "K" + std::to_string(world) + "\t" + planId + "\t" + manifestId + "\t" +
+           traffic.encode();
   }
   static Status decode(llvm::StringRef text) {
     Status status;
@@ -44,15 +47,19 @@ struct Status {
       return status;
     }
     text.consume_front("K");
-    llvm::SmallVector<llvm::StringRef, 3> fields;
+    llvm::SmallVector<llvm::StringRef, 4> fields;
     text.split(fields, '\t');
-    status.ok = fields.size() == 3 && !fields[0].getAsInteger(10, status.world);
+    std::optional<plan::TrafficSignature> traffic;
+    if (fields.size() == 4)
+      traffic = plan::TrafficSignature::decode(fields[3]);
+    status.ok = traffic && !fields[0].getAsInteger(10, status.world);
     if (!status.ok) {
       status.error = "sent a malformed handshake";
       return status;
     }
     status.planId = fields[1].str();
     status.manifestId = fields[2].str();
+    status.traffic = std::move(*traffic);
     return status;
   }
 };
@@ -105,6 +112,14 @@ std::string checkStatuses(llvm::ArrayRef<Status> statuses, int64_t world, llvm::
              " ranks but rank 0 one for " + std::to_string(reference.world) +
              "; regenerate the plans";
   }
+  std::vector<plan::TrafficSignature> traffic;
+  for (const Status &status : statuses)
+    traffic.push_back(status.traffic);
+  std::string disagreement = plan::checkTraffic(traffic);
+  if (!disagreement.empty())
+    return disagreement + "; the plans in '" + planDir.str() +
+           "' were edited or come from different compilations: regenerate them with `parc "
+           "FILE.par -o " + planDir.str() + "`";
   return "";
 }
 } // namespace
@@ -157,6 +172,7 @@ LoadedJob loadAndAgree(Communicator &comm, const RunOptions &options) {
     mine.world = plan->world;
     mine.planId = plan->planId;
     mine.manifestId = manifest->planId;
+    mine.traffic = plan::trafficOf(*plan);
   } else {
     mine.error = llvm::toString(loaded.takeError());
   }

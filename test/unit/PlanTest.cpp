@@ -1,5 +1,6 @@
 #include "PlanTestSupport.h"
 #include "parc/Plan/PlanJSON.h"
+#include "parc/Plan/PlanTraffic.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -425,3 +426,42 @@ TEST(Plan, SurvivesEveryWrongValue) {
 }
 
 } // namespace
+
+TEST(PlanTraffic, SignatureRoundTripsAndNamesWhatDoesNotPair) {
+  RankPlan plan = parc::plan::testing::stageZeroPlan();
+  TrafficSignature sig = trafficOf(plan);
+  // tp {0, 1}, pp {0, 2}, model {0..3}, embedding {0, 2}: dp and cp have one member.
+  EXPECT_EQ(sig.groups.size(), 4u);
+  ASSERT_EQ(sig.sends.count(2), 1u);
+  EXPECT_EQ(sig.sends[2].events, 2);
+  EXPECT_EQ(sig.receives[2].events, 2);
+  std::optional<TrafficSignature> back = TrafficSignature::decode(sig.encode());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->encode(), sig.encode());
+  EXPECT_FALSE(TrafficSignature::decode("g1,0,x,1").has_value());
+  EXPECT_FALSE(TrafficSignature::decode("q2,1,1").has_value());
+
+  // Rank 2 as the plan's pipeline partner: it receives both activations and sends both
+  // gradients; a second member of each group mirrors rank 0.
+  std::vector<TrafficSignature> ranks(4);
+  ranks[0] = sig;
+  ranks[1] = sig;
+  ranks[1].sends.clear(), ranks[1].receives.clear();
+  ranks[2].groups = sig.groups;
+  ranks[2].receives[0] = sig.sends[2];
+  ranks[2].sends[0] = sig.receives[2];
+  ranks[3].groups = sig.groups;
+  EXPECT_EQ(checkTraffic(ranks), "");
+
+  std::vector<TrafficSignature> lost = ranks;
+  lost[2].receives[0].events = 1;
+  EXPECT_EQ(checkTraffic(lost), "rank 0's plan sends 2 messages to rank 2, and rank 2's plan "
+                                "receives 1 message from rank 0; a receive without its send "
+                                "waits forever");
+  std::vector<TrafficSignature> other = ranks;
+  other[3].groups[Group::Model].collectives.hash ^= 1;
+  EXPECT_EQ(checkTraffic(other),
+            "rank 3's plan runs 1 collectives on its model group (led by rank 0), rank 0's plan "
+            "1, but not the same ones in the same order; every member must run the same "
+            "collectives or they wait for each other");
+}
