@@ -58,6 +58,16 @@ private:
   std::vector<llvm::StringRef> blockNames;
 };
 
+// Message text that both halves of the evaluator (Evaluator.cpp, EvaluatorWords.cpp) write.
+/// A value as messages show it: `-1e-06 s`, `19.2`, in base units.
+std::string showNumber(const Value &v);
+/// Literals and names are quoted in messages; a megabyte of digits is cut short.
+std::string abbreviate(llvm::StringRef text);
+/// "a, b or c".
+std::string joinWords(llvm::ArrayRef<llvm::StringRef> words);
+/// `dtype = bf16` and the like: a bare name, or nothing.
+std::optional<std::string> bareName(const ast::Expr &expr);
+
 } // namespace parc::sema
 
 #endif
