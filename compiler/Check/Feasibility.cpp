@@ -4,11 +4,20 @@
 
 namespace parc {
 
+unsigned tensorSplitFailures(int64_t heads, int64_t kvHeads, int64_t ffn, int64_t tp) {
+  unsigned failures = 0;
+  if (heads % tp != 0)
+    failures |= SplitsHeads;
+  if (kvHeads != heads && kvHeads % tp != 0 && tp % kvHeads != 0)
+    failures |= SplitsKvHeads;
+  if (ffn % tp != 0)
+    failures |= SplitsFfn;
+  return failures;
+}
+
 namespace {
 bool splits(int64_t heads, int64_t kvHeads, int64_t ffn, int64_t tp) {
-  if (heads % tp != 0 || ffn % tp != 0)
-    return false;
-  return kvHeads == heads || kvHeads % tp == 0 || tp % kvHeads == 0;
+  return tensorSplitFailures(heads, kvHeads, ffn, tp) == 0;
 }
 } // namespace
 
@@ -17,9 +26,24 @@ bool tensorParallelSplits(const ModelSpec &model, int64_t tp) {
     return false;
   for (const LayerGroup &g : model.layers)
     if (g.kind == LayerGroup::Transformer &&
-        (!splits(g.heads, g.kvHeads, g.ffn, tp) || g.moe.ffn % tp || g.moe.sharedFfn() % tp))
+        (!splits(g.heads, g.kvHeads, g.ffn, tp) ||
+         (g.moe.enabled() &&
+          (expertSplitFailures(g.moe, 1, tp) & (SplitsExpertFfn | SplitsSharedFfn)))))
       return false;
   return true;
+}
+
+unsigned expertSplitFailures(const MoESpec &moe, int64_t ep, int64_t tp) {
+  unsigned failures = 0;
+  if (moe.topK > moe.experts)
+    failures |= RoutesTooMany;
+  if (moe.experts % ep != 0)
+    failures |= SplitsExperts;
+  if (moe.ffn % tp != 0)
+    failures |= SplitsExpertFfn;
+  if (moe.sharedFfn() % tp != 0)
+    failures |= SplitsSharedFfn;
+  return failures;
 }
 
 bool expertParallelSplits(const ModelSpec &model, int64_t ep, int64_t carved) {
@@ -27,7 +51,7 @@ bool expertParallelSplits(const ModelSpec &model, int64_t ep, int64_t carved) {
     return false;
   for (const LayerGroup &g : model.layers)
     if (g.kind == LayerGroup::Transformer && g.moe.enabled() &&
-        (g.moe.experts % ep != 0 || g.moe.topK > g.moe.experts))
+        (expertSplitFailures(g.moe, ep, 1) & (RoutesTooMany | SplitsExperts)))
       return false;
   return true;
 }
@@ -49,29 +73,35 @@ bool orderNamesAxes(const RankOrder &order, const AxisSizes &sizes) {
 }
 
 std::optional<StagePartition> partitionBlocks(int64_t blocks, int64_t pp, int64_t chunks,
-                                              const std::vector<int64_t> &stageLayers) {
+                                              const std::vector<int64_t> &stageLayers,
+                                              PartitionFailure *why) {
+  auto fail = [&](PartitionFailure failure) -> std::optional<StagePartition> {
+    if (why)
+      *why = failure;
+    return std::nullopt;
+  };
   std::optional<int64_t> stages = checkedMul(pp, chunks);
   if (!stages || *stages < 1)
-    return std::nullopt;
+    return fail(stageLayers.empty() ? PartitionFailure::Uneven : PartitionFailure::StageCount);
   StagePartition partition;
   partition.pp = pp;
   partition.chunks = chunks;
   if (stageLayers.empty()) {
     if (blocks % *stages != 0)
-      return std::nullopt;
+      return fail(PartitionFailure::Uneven);
     for (int64_t v = 0, first = 0; v < *stages; ++v, first += blocks / *stages)
       partition.blocks.push_back({first, first + blocks / *stages});
     return partition;
   }
   if (int64_t(stageLayers.size()) != *stages)
-    return std::nullopt;
+    return fail(PartitionFailure::StageCount);
   int64_t sum = 0;
   for (int64_t n : stageLayers) {
     partition.blocks.push_back({sum, sum + n});
     sum += n;
   }
   if (sum != blocks)
-    return std::nullopt;
+    return fail(PartitionFailure::BlockSum);
   return partition;
 }
 

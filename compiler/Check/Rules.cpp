@@ -241,25 +241,24 @@ void MappingChecker::checkTensorSplit(const LayerGroup *layer) {
     error("parallel.tp", "tp = " + str(tp) + " does not split the model's " + what + ": " + fix);
     noteField(field, value);
   };
-  if (ownHeads && heads % tp != 0)
+  const unsigned failures = tensorSplitFailures(heads, kvHeads, ffn, tp);
+  if (ownHeads && (failures & SplitsHeads))
     report("model.heads", "heads = " + str(heads), heads,
            "each tensor-parallel rank holds whole attention heads; use tp = " +
                divisorsUpTo(heads, hintLimit));
-  if (ownKvHeads && kvHeads != heads && kvHeads % tp != 0 && tp % kvHeads != 0)
+  if (ownKvHeads && (failures & SplitsKvHeads))
     report("model.kv_heads", "kv_heads = " + str(kvHeads), kvHeads,
            "tp must divide the key/value heads or be a multiple of them (each then "
            "replicated); use tp = " +
                divisorsUpTo(kvHeads, hintLimit) + " or a multiple of " + str(kvHeads));
-  if (ownFfn && ffn % tp != 0)
+  if (ownFfn && (failures & SplitsFfn))
     report("model.ffn", "ffn = " + str(ffn), ffn,
            "the MLP's columns split evenly over tensor-parallel ranks; use tp = " +
                divisorsUpTo(ffn, hintLimit));
 }
 
 void MappingChecker::checkVocab() {
-  std::optional<int64_t> multiple = checkedMul(128, par.tp);
-  std::optional<int64_t> padded =
-      multiple ? roundUpToMultiple(model.vocab, *multiple) : std::nullopt;
+  std::optional<int64_t> padded = paddedVocab(model.vocab, par.tp);
   if (!padded) {
     error("model.vocab", "vocab = " + str(model.vocab) +
                              " cannot be padded to a multiple of "
@@ -271,7 +270,7 @@ void MappingChecker::checkVocab() {
   if (*padded != model.vocab)
     diags.note(at("model.vocab"),
                "vocab = " + str(model.vocab) + " is padded to " + str(*padded) +
-                   ", a multiple of 128 x tp = " + str(*multiple) +
+                   ", a multiple of 128 x tp = " + str(128 * par.tp) +
                    ", so that the embedding and lm_head split evenly over tensor-parallel "
                    "ranks");
 }
@@ -283,25 +282,22 @@ void MappingChecker::checkStages() {
   std::string stagesText = chunks > 1 ? "pp x chunks = " + str(par.pp) + " x " + str(chunks) +
                                             " = " + (stages ? str(*stages) : "too many")
                                       : "pp = " + str(par.pp);
-  StagePartition &partition = mapping.partition;
-  partition.pp = par.pp;
-  partition.chunks = chunks;
-  if (par.stageLayers.empty()) {
-    if (!stages || blocks % *stages != 0) {
-      error(chunks > 1 && blocks % par.pp == 0 ? "parallel.schedule" : "parallel.pp",
-            "the " + str(blocks) + " transformer blocks do not split evenly into " + stagesText +
-                " pipeline stages; make " + (chunks > 1 ? "pp x chunks" : "pp") + " divide " +
-                str(blocks) +
-                ", or list each stage's blocks with "
-                "stage_layers = [...]");
-      diags.note(firstTransformer().range, "the transformer blocks are declared here");
-      return;
-    }
-    for (int64_t v = 0, first = 0; v < *stages; ++v, first += blocks / *stages)
-      partition.blocks.push_back({first, first + blocks / *stages});
+  PartitionFailure why = PartitionFailure::Uneven;
+  if (std::optional<StagePartition> partition =
+          partitionBlocks(blocks, par.pp, chunks, par.stageLayers, &why)) {
+    mapping.partition = std::move(*partition);
     return;
   }
-  if (!stages || int64_t(par.stageLayers.size()) != *stages) {
+  mapping.partition = StagePartition{par.pp, chunks, {}};
+  switch (why) {
+  case PartitionFailure::Uneven:
+    error(chunks > 1 && blocks % par.pp == 0 ? "parallel.schedule" : "parallel.pp",
+          "the " + str(blocks) + " transformer blocks do not split evenly into " + stagesText +
+              " pipeline stages; make " + (chunks > 1 ? "pp x chunks" : "pp") + " divide " +
+              str(blocks) + ", or list each stage's blocks with stage_layers = [...]");
+    diags.note(firstTransformer().range, "the transformer blocks are declared here");
+    return;
+  case PartitionFailure::StageCount:
     error("parallel.stage_layers",
           "stage_layers has " + str(par.stageLayers.size()) + " entries but " + stagesText +
               (chunks > 1 ? " virtual pipeline stages need one each (chunk 0 of every stage "
@@ -310,21 +306,17 @@ void MappingChecker::checkStages() {
               "; give exactly " + (stages ? str(*stages) : "pp x chunks") + " entries");
     noteField("parallel.pp", par.pp);
     return;
-  }
-  int64_t sum = 0;
-  for (int64_t n : par.stageLayers) {
-    partition.blocks.push_back({sum, sum + n});
-    sum += n;
-  }
-  if (sum != blocks) {
+  case PartitionFailure::BlockSum: {
+    int64_t sum = 0;
+    for (int64_t n : par.stageLayers)
+      sum += n;
     error("parallel.stage_layers",
           "stage_layers places " + str(sum) + " transformer blocks but the model has " +
-              str(blocks) +
-              "; every block must sit on exactly one stage: make the entries "
-              "sum to " +
-              str(blocks));
+              str(blocks) + "; every block must sit on exactly one stage: make the entries "
+              "sum to " + str(blocks));
     diags.note(firstTransformer().range, "the transformer blocks are declared here");
-    partition.blocks.clear();
+    return;
+  }
   }
 }
 
@@ -523,22 +515,23 @@ void MappingChecker::checkExpertLayer(const LayerGroup &g) {
     diags.error(g.range, "layer '" + g.name + "' " + message);
     failed = true;
   };
-  if (moe.topK > moe.experts)
+  const unsigned failures = expertSplitFailures(moe, par.ep, par.tp);
+  if (failures & RoutesTooMany)
     layerError("routes each token to top_k = " + str(moe.topK) + " of its " + str(moe.experts) +
                " experts; use top_k <= experts");
-  if (moe.experts % par.ep != 0) {
+  if (failures & SplitsExperts) {
     layerError("has " + str(moe.experts) + " experts, which ep = " + str(par.ep) +
                " does not split: every expert-parallel rank holds the same number of whole "
                "experts; use ep = " +
                divisorsUpTo(moe.experts, moe.experts));
     noteField("parallel.ep", par.ep);
   }
-  if (moe.ffn % par.tp != 0)
+  if (failures & SplitsExpertFfn)
     layerError("has moe_ffn = " + str(moe.ffn) + ", which tp = " + str(par.tp) +
                " does not split: each expert's columns split evenly over tensor-parallel "
                "ranks; use tp = " +
                divisorsUpTo(moe.ffn, std::max(par.tp, cluster.gpusPerNode)));
-  else if (moe.sharedFfn() % par.tp != 0)
+  else if (failures & SplitsSharedFfn)
     layerError("has shared experts of " + str(moe.sharedFfn()) + " columns, which tp = " +
                str(par.tp) + " does not split evenly");
 }

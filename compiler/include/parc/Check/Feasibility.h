@@ -16,6 +16,10 @@
 
 namespace parc {
 
+/// What tp fails to split of one layer's attention and MLP, as bits: each tensor-parallel rank
+/// holds whole heads, whole key/value heads or whole copies of them, and ffn / tp columns.
+enum TensorSplitFailure : unsigned { SplitsHeads = 1, SplitsKvHeads = 2, SplitsFfn = 4 };
+unsigned tensorSplitFailures(int64_t heads, int64_t kvHeads, int64_t ffn, int64_t tp);
 /// tp splits every layer group's heads, key/value heads (or replicates whole ones), ffn and
 /// expert widths.
 bool tensorParallelSplits(const ModelSpec &model, int64_t tp);
@@ -27,13 +31,26 @@ bool sequenceParallelSplits(const ModelSpec &model, int64_t tp, int64_t cp = 1);
 bool contextParallelSplits(const ModelSpec &model, int64_t cp);
 /// Megatron-Core's RankGenerator refuses an order that leaves out an axis larger than 1.
 bool orderNamesAxes(const RankOrder &order, const AxisSizes &sizes);
+/// What a MoE block's settings fail, as bits: top_k <= experts, ep splits the experts, tp
+/// splits each expert's moe_ffn columns and the shared experts' columns.
+enum ExpertSplitFailure : unsigned {
+  RoutesTooMany = 1,
+  SplitsExperts = 2,
+  SplitsExpertFfn = 4,
+  SplitsSharedFfn = 8
+};
+unsigned expertSplitFailures(const MoESpec &moe, int64_t ep, int64_t tp);
 /// ep divides dp x cp (`carved`, the ranks it is carved from) and every MoE block's experts
 /// (and is 1 without experts); top_k <= experts.
 bool expertParallelSplits(const ModelSpec &model, int64_t ep, int64_t carved);
+/// Why the blocks do not split into stages: unevenly (or pp x chunks overflows), a
+/// stage_layers list of another length than pp x chunks, or one that does not sum to the blocks.
+enum class PartitionFailure { Uneven, StageCount, BlockSum };
 /// The blocks of every virtual stage: an even split, or stage_layers' list; nullopt when the
-/// blocks do not split into pp x chunks stages that way.
+/// blocks do not split into pp x chunks stages that way, with the reason in `why`.
 std::optional<StagePartition> partitionBlocks(int64_t blocks, int64_t pp, int64_t chunks,
-                                              const std::vector<int64_t> &stageLayers);
+                                              const std::vector<int64_t> &stageLayers,
+                                              PartitionFailure *why = nullptr);
 /// The vocabulary padded to a multiple of 128 x tp (Megatron's make-vocab-size-divisible-by
 /// times tp); nullopt on overflow.
 std::optional<int64_t> paddedVocab(int64_t vocab, int64_t tp);
