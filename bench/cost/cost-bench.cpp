@@ -3,7 +3,8 @@
 // Times, for each .par file given, what the search and the report spend on one mapping:
 // building its work table and bound (what the search does for every feasible candidate), and
 // the whole estimate with the simulated schedule (what --report does once). Prints a table.
-// Run by bench/search.sh; not a test.
+// Run by bench/search.sh; not a test. `--calls=N` makes exactly N calls of each instead of
+// 200 ms' worth, for counting instructions under `valgrind --tool=callgrind` on a busy machine.
 //
 //===----------------------------------------------------------------------===//
 #include "parc/Check/Mapping.h"
@@ -17,13 +18,17 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 
 using namespace parc;
 
 namespace {
 
+int64_t fixedCalls = 0; // --calls=N
+
 template <typename F> double microsecondsPerCall(F f) {
-  // Enough calls for 200 ms, at least 5.
+  // Enough calls for 200 ms, at least 5, unless --calls fixed their number.
   using clock = std::chrono::steady_clock;
   int64_t calls = 0;
   auto start = clock::now();
@@ -32,7 +37,7 @@ template <typename F> double microsecondsPerCall(F f) {
     f();
     ++calls;
     elapsed = std::chrono::duration<double>(clock::now() - start).count();
-  } while (elapsed < 0.2 || calls < 5);
+  } while (fixedCalls > 0 ? calls < fixedCalls : elapsed < 0.2 || calls < 5);
   return 1e6 * elapsed / double(calls);
 }
 
@@ -42,7 +47,16 @@ int main(int argc, char **argv) {
   llvm::outs() << llvm::format("%-44s %8s %8s %14s %14s\n", (const char *)"file",
                                (const char *)"ranks", (const char *)"M",
                                (const char *)"work+bound us", (const char *)"estimate us");
-  for (int i = 1; i < argc; ++i) {
+  int first = 1;
+  if (argc > 1 && std::strncmp(argv[1], "--calls=", 8) == 0) {
+    fixedCalls = std::atoll(argv[1] + 8);
+    if (fixedCalls <= 0) {
+      llvm::errs() << "cost-bench: --calls wants a positive count\n";
+      return 2;
+    }
+    first = 2;
+  }
+  for (int i = first; i < argc; ++i) {
     llvm::SourceMgr sourceMgr;
     std::string sink;
     llvm::raw_string_ostream quiet(sink);

@@ -1,99 +1,12 @@
 //===- StepTimeline.cpp - The simulated training step, one timeline -------===//
 #include "parc/Cost/StepTimeline.h"
-#include "parc/Lower/ScheduleVerifier.h"
-
-#include "llvm/ADT/ArrayRef.h"
+#include "parc/Cost/PipelineRun.h"
 
 #include <algorithm>
 
 namespace parc {
 
 namespace {
-
-/// The schedule run with per-virtual-stage times: each stage executes its program in order, a
-/// send posts its message and goes on (NCCL queues it), a receive waits until the message has
-/// arrived, `transfer` after its send was posted. The lowering's verifier proves the programs
-/// consistent (ScheduleVerifier.h); this is the fast timing of the same programs, linear in
-/// their length, that the report, the diagram and the trace share.
-struct PipelineRun {
-  std::vector<std::vector<OpTiming>> timings; // only when asked for
-  std::vector<double> stageEnd;               // when each stage's last instruction ends
-  std::vector<std::vector<double>> lastBackwardStart; // [stage][chunk]
-  double makespan = 0;
-};
-
-llvm::Expected<PipelineRun> runPipeline(const PipelineConfig &config,
-                                        llvm::ArrayRef<StageProgram> programs,
-                                        llvm::ArrayRef<double> forward,
-                                        llvm::ArrayRef<double> backward, double transfer,
-                                        bool keepTimings) {
-  const int64_t stages = config.stages, virtualStages = config.virtualStages();
-  const int64_t microbatches = config.microbatches;
-  // When the message into virtual stage v for microbatch m arrives: activations [0], gradients
-  // [1]; negative until its send is posted.
-  std::vector<double> arrival(size_t(2 * virtualStages * microbatches), -1);
-  auto slot = [&](bool gradient, int64_t v, int64_t mb) -> double & {
-    return arrival[size_t(((gradient ? 1 : 0) * virtualStages + v) * microbatches + mb)];
-  };
-  PipelineRun run;
-  run.stageEnd.assign(size_t(stages), 0);
-  run.lastBackwardStart.assign(size_t(stages), std::vector<double>(size_t(config.chunks), 0));
-  if (keepTimings) {
-    run.timings.resize(size_t(stages));
-    for (int64_t s = 0; s < stages; ++s)
-      run.timings[size_t(s)].resize(programs[size_t(s)].size());
-  }
-  std::vector<size_t> next(size_t(stages), 0);
-  std::vector<double> clock(size_t(stages), 0);
-  size_t remaining = 0;
-  for (const StageProgram &p : programs)
-    remaining += p.size();
-  while (remaining > 0) {
-    bool progressed = false;
-    for (int64_t s = 0; s < stages; ++s) {
-      const StageProgram &program = programs[size_t(s)];
-      size_t &i = next[size_t(s)];
-      double &now = clock[size_t(s)];
-      for (; i < program.size(); ++i) {
-        const PipeOp &op = program[i];
-        const int64_t v = config.virtualStageOf(s, op.chunk);
-        OpTiming t;
-        if (op.isCompute()) {
-          t.start = now;
-          bool isForward = op.kind == PipeOpKind::Forward;
-          now += isForward ? forward[size_t(v)] : backward[size_t(v)];
-          t.end = now;
-          if (!isForward)
-            run.lastBackwardStart[size_t(s)][size_t(op.chunk)] = t.start;
-        } else if (op.isSend()) {
-          bool gradient = op.kind == PipeOpKind::SendGradient;
-          slot(gradient, gradient ? v - 1 : v + 1, op.microbatch) = now + transfer;
-          t.start = now;
-          t.end = now + transfer;
-        } else {
-          double at = slot(op.kind == PipeOpKind::RecvGradient, v, op.microbatch);
-          if (at < 0)
-            break; // its send is not posted yet: run the other stages first
-          t.start = now;
-          now = std::max(now, at);
-          t.end = now;
-        }
-        run.stageEnd[size_t(s)] = std::max(run.stageEnd[size_t(s)], t.end);
-        if (keepTimings)
-          run.timings[size_t(s)][i] = t;
-        --remaining;
-        progressed = true;
-      }
-    }
-    if (!progressed)
-      return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                     "internal error: the pipeline schedule deadlocks in its "
-                                     "timing run");
-  }
-  for (double end : run.stageEnd)
-    run.makespan = std::max(run.makespan, end);
-  return run;
-}
 
 /// The data-parallel stream of one stage after (or, overlapped, during) its last backwards:
 /// each chunk's gradients can be reduced once its last backward has begun producing them.
@@ -109,10 +22,9 @@ void simulateTail(const Program &program, const WorkTable &work, int64_t stage,
     // Megatron's buckets: a chunk's reduction starts with its last backward and runs beside
     // the compute that follows.
     std::vector<std::pair<double, double>> ready; // (start of last backward, its share)
-    std::vector<const VirtualStageWork *> chunks = work.chunksOf(stage);
-    for (size_t c = 0; c < chunks.size(); ++c) {
-      double share = sw.params > 0 ? chunks[c]->params / sw.params : 1;
-      ready.push_back({run.lastBackwardStart[size_t(stage)][c], share * sw.gradSync});
+    for (size_t v = size_t(stage); v < work.virtualStages.size(); v += size_t(work.stageCount)) {
+      double share = sw.params > 0 ? work.virtualStages[v].params / sw.params : 1;
+      ready.push_back({run.lastBackwardStart[v], share * sw.gradSync});
     }
     std::sort(ready.begin(), ready.end());
     stream = tail.gradSyncStart = ready.front().first;
@@ -140,26 +52,6 @@ void simulateTail(const Program &program, const WorkTable &work, int64_t stage,
   tail.paramGatherStart = tail.optimizerEnd;
   tail.paramGatherEnd = tail.optimizerEnd + gather;
   tail.end = tail.paramGatherEnd;
-}
-
-/// The schedule of a pipeline shape, built once per thread for the shapes in use: the search
-/// simulates many mappings of a few shapes.
-const std::vector<StageProgram> &cachedSchedule(const PipelineConfig &config) {
-  struct Entry {
-    ScheduleKind kind;
-    int64_t stages, microbatches, chunks;
-    std::vector<StageProgram> programs;
-  };
-  thread_local std::vector<Entry> cache;
-  for (const Entry &e : cache)
-    if (e.kind == config.kind && e.stages == config.stages &&
-        e.microbatches == config.microbatches && e.chunks == config.chunks)
-      return e.programs;
-  if (cache.size() >= 8)
-    cache.erase(cache.begin());
-  cache.push_back({config.kind, config.stages, config.microbatches, config.chunks,
-                   buildPipelineSchedule(config)});
-  return cache.back().programs;
 }
 
 /// stepLowerBound's pipeline part: stage 0 cannot end before the last microbatch's gradient
@@ -197,10 +89,10 @@ llvm::Expected<StepTimeline> simulateStep(const Program &program, const Mapping 
   timeline.messageBytes = work.messageBytes;
   timeline.transferSeconds = work.transferSeconds;
 
-  const std::vector<StageProgram> &programs = cachedSchedule(config);
-  llvm::Expected<PipelineRun> verdict =
-      runPipeline(config, programs, timeline.forwardSeconds, timeline.backwardSeconds,
-                  work.transferSeconds, withOps);
+  CompiledSchedule &schedule = compiledSchedule(config);
+  const std::vector<StageProgram> &programs = schedule.programs();
+  llvm::Expected<PipelineRun> verdict = schedule.run(
+      timeline.forwardSeconds, timeline.backwardSeconds, work.transferSeconds, withOps);
   if (!verdict)
     return verdict.takeError();
   // The same pipeline with free transfers, by its bound (exact for equal stages and within a

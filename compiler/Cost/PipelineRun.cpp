@@ -1,0 +1,212 @@
+//===- PipelineRun.cpp - The timing run of a pipeline schedule ------------===//
+#include "parc/Cost/PipelineRun.h"
+
+#include <algorithm>
+#include <memory>
+
+namespace parc {
+
+namespace {
+
+bool isReceive(const PipeOp &op) { return !op.isCompute() && !op.isSend(); }
+
+} // namespace
+
+/// Every message of the schedule by (gradient, receiving virtual stage, microbatch): which
+/// stage posts it, at which instruction, into which arrival slot. A message nobody sends is
+/// never posted: its receive waits and the schedule deadlocks.
+class CompiledSchedule::Messages {
+public:
+  struct Posted {
+    uint32_t stage = 0, instruction = UINT32_MAX, slot = 0;
+  };
+
+  /// Numbers the sends' arrival slots from `slots` on; `slots` ends past the last.
+  Messages(const PipelineConfig &config, const std::vector<StageProgram> &programs,
+           size_t &slots)
+      : config(config), posted(size_t(2 * config.virtualStages() * config.microbatches)) {
+    for (size_t s = 0; s < programs.size(); ++s)
+      for (size_t i = 0; i < programs[s].size(); ++i)
+        if (programs[s][i].isSend())
+          (*this)(programs[s][i], s) = {uint32_t(s), uint32_t(i), uint32_t(slots++)};
+  }
+
+  /// The message `op` of `stage` sends or receives.
+  Posted &operator()(const PipeOp &op, size_t stage) {
+    const bool gradient = op.kind == PipeOpKind::SendGradient ||
+                          op.kind == PipeOpKind::RecvGradient;
+    int64_t v = config.virtualStageOf(int64_t(stage), op.chunk);
+    if (op.isSend()) // named by the virtual stage it goes to
+      v += gradient ? -1 : 1;
+    return posted[size_t(((gradient ? 1 : 0) * config.virtualStages() + v) *
+                             config.microbatches +
+                         op.microbatch)];
+  }
+
+private:
+  const PipelineConfig &config;
+  std::vector<Posted> posted;
+};
+
+CompiledSchedule::CompiledSchedule(const PipelineConfig &config)
+    : shape(config), stagePrograms(buildPipelineSchedule(config)) {
+  compile();
+}
+
+void CompiledSchedule::compile() {
+  const size_t stages = stagePrograms.size();
+  Messages message(shape, stagePrograms, slots);
+  lastSend.assign(stages, SinkSlot);
+  // A stage runs until a receive whose send has not run yet, then sleeps among its sender's
+  // waiters until the sender has run past that send.
+  std::vector<size_t> next(stages, 0);
+  std::vector<int64_t> waiters(stages, -1), nextWaiter(stages, -1);
+  std::vector<uint32_t> ready;
+  for (size_t s = stages; s-- > 0;)
+    ready.push_back(uint32_t(s));
+  size_t done = 0, instructions = 0;
+  for (const StageProgram &program : stagePrograms)
+    instructions += program.size();
+  while (!ready.empty()) {
+    const uint32_t s = ready.back();
+    ready.pop_back();
+    const StageProgram &program = stagePrograms[s];
+    size_t i = next[s];
+    for (; i < program.size(); ++i)
+      if (isReceive(program[i])) {
+        const Messages::Posted &from = message(program[i], s);
+        if (next[from.stage] <= from.instruction) {
+          nextWaiter[s] = waiters[from.stage];
+          waiters[from.stage] = int64_t(s);
+          break;
+        }
+      }
+    addSegment(message, s, next[s], i);
+    done += i - next[s];
+    next[s] = i;
+    for (int64_t *link = &waiters[s]; *link >= 0;) {
+      const size_t waiter = size_t(*link);
+      if (message(stagePrograms[waiter][next[waiter]], waiter).instruction < next[s]) {
+        *link = nextWaiter[waiter];
+        ready.push_back(uint32_t(waiter));
+      } else {
+        link = &nextWaiter[waiter];
+      }
+    }
+  }
+  deadlocks = done != instructions;
+}
+
+void CompiledSchedule::addSegment(Messages &message, size_t stage, size_t first, size_t end) {
+  const StageProgram &program = stagePrograms[stage];
+  uint32_t count = 0;
+  for (size_t i = first; i < end; ++count) {
+    Step step;
+    StepOrigin origin;
+    origin.instruction = uint32_t(i);
+    for (; i < end && isReceive(program[i]) && origin.receives < 2; ++i)
+      step.wait[origin.receives++] = message(program[i], stage).slot;
+    if (i < end && program[i].isCompute()) {
+      const int64_t v = shape.virtualStageOf(int64_t(stage), program[i].chunk);
+      bool forward = program[i].kind == PipeOpKind::Forward;
+      step.duration = uint32_t(1 + (forward ? 0 : shape.virtualStages()) + v);
+      origin.computes = 1;
+      ++i;
+    }
+    for (; i < end && program[i].isSend() && origin.sends < 2; ++i)
+      step.send[origin.sends++] = lastSend[stage] = message(program[i], stage).slot;
+    steps.push_back(step);
+    origins.push_back(origin);
+  }
+  if (count > 0)
+    segments.push_back({uint32_t(stage), count});
+}
+
+template <bool KeepTimings> PipelineRun CompiledSchedule::runSteps(double transfer) {
+  PipelineRun run;
+  const size_t stages = stagePrograms.size();
+  if (KeepTimings) {
+    run.timings.resize(stages);
+    for (size_t s = 0; s < stages; ++s)
+      run.timings[s].resize(stagePrograms[s].size());
+  }
+  const Step *step = steps.data();
+  const StepOrigin *origin = origins.data();
+  const double *seconds = durations.data();
+  double *arrivals = arrival.data(), *began = starts.data();
+  for (const Segment &segment : segments) {
+    double now = clock[segment.stage];
+    for (const Step *end = step + segment.count; step != end; ++step) {
+      // Each part is exact when absent: max(now, 0) is now, and adding 0 s changes nothing.
+      const double received = std::max(now, arrivals[step->wait[0]]);
+      const double start = std::max(received, arrivals[step->wait[1]]);
+      began[step->duration] = start;
+      const double finish = start + seconds[step->duration];
+      arrivals[step->send[0]] = arrivals[step->send[1]] = finish + transfer;
+      if (KeepTimings) {
+        OpTiming *t = &run.timings[segment.stage][origin->instruction];
+        if (origin->receives > 0)
+          *t++ = {now, received};
+        if (origin->receives > 1)
+          *t++ = {received, start};
+        if (origin->computes)
+          *t++ = {start, finish};
+        for (int k = 0; k < origin->sends; ++k)
+          *t++ = {finish, finish + transfer};
+        ++origin;
+      }
+      now = finish;
+    }
+    clock[segment.stage] = now;
+  }
+  // A stage's clock never goes back, so its last send's arrival is the latest.
+  run.stageEnd.resize(stages);
+  for (size_t s = 0; s < stages; ++s) {
+    run.stageEnd[s] = std::max(clock[s], lastSend[s] == SinkSlot ? 0.0 : arrivals[lastSend[s]]);
+    run.makespan = std::max(run.makespan, run.stageEnd[s]);
+  }
+  const size_t virtualStages = size_t(shape.virtualStages());
+  run.lastBackwardStart.assign(starts.begin() + 1 + std::ptrdiff_t(virtualStages),
+                               starts.end());
+  return run;
+}
+
+llvm::Expected<PipelineRun> CompiledSchedule::run(llvm::ArrayRef<double> forward,
+                                                  llvm::ArrayRef<double> backward,
+                                                  double transfer, bool keepTimings) {
+  const size_t virtualStages = size_t(shape.virtualStages());
+  if (deadlocks)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "internal error: the pipeline schedule deadlocks in its "
+                                   "timing run");
+  if (forward.size() != virtualStages || backward.size() != virtualStages)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "internal error: the timing run wants a forward and a "
+                                   "backward time per virtual stage");
+  durations.resize(1 + 2 * virtualStages);
+  durations[0] = 0;
+  std::copy(forward.begin(), forward.end(), durations.begin() + 1);
+  std::copy(backward.begin(), backward.end(),
+            durations.begin() + 1 + std::ptrdiff_t(virtualStages));
+  starts.assign(durations.size(), 0);
+  arrival.resize(slots);
+  arrival[ZeroSlot] = 0;
+  clock.assign(stagePrograms.size(), 0);
+  return keepTimings ? runSteps<true>(transfer) : runSteps<false>(transfer);
+}
+
+CompiledSchedule &compiledSchedule(const PipelineConfig &config) {
+  thread_local std::vector<std::unique_ptr<CompiledSchedule>> cache;
+  for (const std::unique_ptr<CompiledSchedule> &c : cache) {
+    const PipelineConfig &shape = c->config();
+    if (shape.kind == config.kind && shape.stages == config.stages &&
+        shape.microbatches == config.microbatches && shape.chunks == config.chunks)
+      return *c;
+  }
+  if (cache.size() >= 8)
+    cache.erase(cache.begin());
+  cache.push_back(std::make_unique<CompiledSchedule>(config));
+  return *cache.back();
+}
+
+} // namespace parc
