@@ -309,23 +309,42 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
   printStepTime(cost, program, os);
 }
 
-llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
+namespace {
+
+/// One kind of group in `--report=json`: every group of it and the link its traffic takes.
+struct GroupList {
+  std::string name;
+  std::vector<std::vector<int64_t>> groups;
+  const char *link;
+};
+
+/// The group kinds by name, the order in which JSON prints an object's keys.
+std::vector<GroupList> groupLists(const Program &program, const Mapping &mapping) {
+  const RankLayout &layout = mapping.layout;
+  std::vector<GroupList> lists;
+  for (const GroupKind &kind : groupKinds(program, mapping, /*withContext=*/true)) {
+    auto all = allGroups(layout, kind.axes, kind.groupOf, kind.expert);
+    const char *link = kind.groupOf(0).size() < 2
+                           ? "none"
+                           : (kindCrossesNodes(layout, all) ? "inter_node" : "intra_node");
+    lists.push_back({kind.name, std::move(all), link});
+  }
+  std::sort(lists.begin(), lists.end(),
+            [](const GroupList &a, const GroupList &b) { return a.name < b.name; });
+  return lists;
+}
+
+/// The report but its "groups", which take O(world) and are added or streamed by the callers.
+llvm::json::Object reportWithoutGroups(const Program &program, const Mapping &mapping,
+                                       const std::vector<GroupList> &lists) {
   const RankLayout &layout = mapping.layout;
   const MemoryEstimate memory = estimateMemory(program, mapping);
   const CostEstimate cost = estimateCost(program, mapping);
   auto bytes = [](double b) { return int64_t(std::llround(b)); };
 
-  llvm::json::Object groups, links;
-  for (const GroupKind &kind : groupKinds(program, mapping, /*withContext=*/true)) {
-    auto all = allGroups(layout, kind.axes, kind.groupOf, kind.expert);
-    llvm::json::Array list;
-    for (const std::vector<int64_t> &g : all)
-      list.push_back(llvm::json::Array(g));
-    groups[kind.name] = std::move(list);
-    links[kind.name] = kind.groupOf(0).size() < 2
-                           ? "none"
-                           : (kindCrossesNodes(layout, all) ? "inter_node" : "intra_node");
-  }
+  llvm::json::Object links;
+  for (const GroupList &list : lists)
+    links[list.name] = list.link;
 
   llvm::json::Array stages;
   for (const StageMemory &m : memory.stages)
@@ -379,7 +398,6 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
       {"params", totalParams(program.model, mapping.paddedVocab)},
       {"params_unpadded", totalParams(program.model, program.model.vocab)},
       {"padded_vocab", mapping.paddedVocab},
-      {"groups", std::move(groups)},
       {"links", std::move(links)},
       {"gpu_memory", program.cluster.gpuMemory},
       {"stages", std::move(stages)},
@@ -413,6 +431,52 @@ llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
     };
   }
   return out;
+}
+
+} // namespace
+
+llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping) {
+  std::vector<GroupList> lists = groupLists(program, mapping);
+  llvm::json::Object out = reportWithoutGroups(program, mapping, lists);
+  llvm::json::Object groups;
+  for (GroupList &list : lists) {
+    llvm::json::Array all;
+    for (const std::vector<int64_t> &g : list.groups)
+      all.push_back(llvm::json::Array(g));
+    groups[list.name] = std::move(all);
+  }
+  out["groups"] = std::move(groups);
+  return out;
+}
+
+void writeReportJSON(const Program &program, const Mapping &mapping, llvm::raw_ostream &os) {
+  const std::vector<GroupList> lists = groupLists(program, mapping);
+  llvm::json::Object out = reportWithoutGroups(program, mapping, lists);
+  out["groups"] = nullptr; // where the streamed groups go in the sorted keys
+  std::vector<const llvm::json::Object::value_type *> fields;
+  for (const llvm::json::Object::value_type &field : out)
+    fields.push_back(&field);
+  llvm::sort(fields, [](const auto *a, const auto *b) { return a->first < b->first; });
+  llvm::json::OStream json(os, 2);
+  json.object([&] {
+    for (const llvm::json::Object::value_type *field : fields) {
+      if (field->first != "groups") {
+        json.attribute(field->first, field->second);
+        continue;
+      }
+      json.attributeObject("groups", [&] {
+        for (const GroupList &list : lists)
+          json.attributeArray(list.name, [&] {
+            for (const std::vector<int64_t> &g : list.groups)
+              json.array([&] {
+                for (int64_t rank : g)
+                  json.value(rank);
+              });
+          });
+      });
+    }
+  });
+  os << "\n";
 }
 
 llvm::json::Object breakdownToJSON(const StepBreakdown &breakdown) {

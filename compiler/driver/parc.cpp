@@ -387,7 +387,7 @@ int compile(int argc, char **argv) {
     return diags.exitCode();
   }
   if (reportKind == ReportKind::JSON) {
-    llvm::outs() << llvm::formatv("{0:2}", reportToJSON(*program, *mapping)) << "\n";
+    writeReportJSON(*program, *mapping, llvm::outs());
     return diags.exitCode();
   }
   if (diags.hasErrors())

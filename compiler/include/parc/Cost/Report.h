@@ -27,6 +27,9 @@ void printReport(const Program &program, const Mapping &mapping, llvm::raw_ostre
 
 /// The report as one JSON object.
 llvm::json::Value reportToJSON(const Program &program, const Mapping &mapping);
+/// The same object written to `os` as `--report=json` prints it (indented by 2, a newline
+/// after), its O(world) process groups streamed rather than built.
+void writeReportJSON(const Program &program, const Mapping &mapping, llvm::raw_ostream &os);
 
 /// `step_time_breakdown`: every part of the step in seconds, as `--report=json` writes it.
 llvm::json::Object breakdownToJSON(const StepBreakdown &breakdown);
