@@ -6,12 +6,6 @@
 
 namespace parc {
 
-namespace {
-
-bool isReceive(const PipeOp &op) { return !op.isCompute() && !op.isSend(); }
-
-} // namespace
-
 /// Every message of the schedule by (gradient, receiving virtual stage, microbatch): which
 /// stage posts it, at which instruction, into which arrival slot. A message nobody sends is
 /// never posted: its receive waits and the schedule deadlocks.
@@ -55,7 +49,12 @@ CompiledSchedule::CompiledSchedule(const PipelineConfig &config)
 
 void CompiledSchedule::compile() {
   const size_t stages = stagePrograms.size();
+  size_t instructions = 0;
+  for (const StageProgram &program : stagePrograms)
+    instructions += program.size();
   Messages message(shape, stagePrograms, slots);
+  steps.reserve(instructions / 2);
+  origins.reserve(instructions / 2);
   lastSend.assign(stages, SinkSlot);
   // A stage runs until a receive whose send has not run yet, then sleeps among its sender's
   // waiters until the sender has run past that send.
@@ -64,26 +63,17 @@ void CompiledSchedule::compile() {
   std::vector<uint32_t> ready;
   for (size_t s = stages; s-- > 0;)
     ready.push_back(uint32_t(s));
-  size_t done = 0, instructions = 0;
-  for (const StageProgram &program : stagePrograms)
-    instructions += program.size();
+  size_t done = 0;
   while (!ready.empty()) {
     const uint32_t s = ready.back();
     ready.pop_back();
-    const StageProgram &program = stagePrograms[s];
-    size_t i = next[s];
-    for (; i < program.size(); ++i)
-      if (isReceive(program[i])) {
-        const Messages::Posted &from = message(program[i], s);
-        if (next[from.stage] <= from.instruction) {
-          nextWaiter[s] = waiters[from.stage];
-          waiters[from.stage] = int64_t(s);
-          break;
-        }
-      }
-    addSegment(message, s, next[s], i);
-    done += i - next[s];
-    next[s] = i;
+    auto [end, sender] = addSegment(message, next, s);
+    done += end - next[s];
+    next[s] = end;
+    if (sender >= 0) {
+      nextWaiter[s] = waiters[size_t(sender)];
+      waiters[size_t(sender)] = int64_t(s);
+    }
     for (int64_t *link = &waiters[s]; *link >= 0;) {
       const size_t waiter = size_t(*link);
       if (message(stagePrograms[waiter][next[waiter]], waiter).instruction < next[s]) {
@@ -97,29 +87,64 @@ void CompiledSchedule::compile() {
   deadlocks = done != instructions;
 }
 
-void CompiledSchedule::addSegment(Messages &message, size_t stage, size_t first, size_t end) {
+std::pair<size_t, int64_t> CompiledSchedule::addSegment(Messages &message,
+                                                        const std::vector<size_t> &next,
+                                                        size_t stage) {
   const StageProgram &program = stagePrograms[stage];
+  const size_t size = program.size();
+  const uint32_t backwardBase = uint32_t(1 + shape.virtualStages());
+  size_t i = next[stage];
+  int64_t sender = -1;
   uint32_t count = 0;
-  for (size_t i = first; i < end; ++count) {
-    Step step;
-    StepOrigin origin;
-    origin.instruction = uint32_t(i);
-    for (; i < end && isReceive(program[i]) && origin.receives < 2; ++i)
-      step.wait[origin.receives++] = message(program[i], stage).slot;
-    if (i < end && program[i].isCompute()) {
-      const int64_t v = shape.virtualStageOf(int64_t(stage), program[i].chunk);
-      bool forward = program[i].kind == PipeOpKind::Forward;
-      step.duration = uint32_t(1 + (forward ? 0 : shape.virtualStages()) + v);
-      origin.computes = 1;
-      ++i;
-    }
-    for (; i < end && program[i].isSend() && origin.sends < 2; ++i)
-      step.send[origin.sends++] = lastSend[stage] = message(program[i], stage).slot;
+  Step step;
+  StepOrigin origin;
+  origin.instruction = uint32_t(i);
+  // Ends the step being built; the next one starts at instruction `at`.
+  auto flush = [&](size_t at) {
     steps.push_back(step);
     origins.push_back(origin);
+    ++count;
+    step = Step();
+    origin = StepOrigin();
+    origin.instruction = uint32_t(at);
+  };
+  for (; i < size; ++i) {
+    const PipeOp &op = program[i];
+    switch (op.kind) {
+    case PipeOpKind::RecvActivation:
+    case PipeOpKind::RecvGradient: {
+      const Messages::Posted &from = message(op, stage);
+      if (next[from.stage] <= from.instruction) { // not posted yet
+        sender = int64_t(from.stage);
+        break;
+      }
+      if (origin.computes + origin.sends > 0 || origin.receives == 2)
+        flush(i);
+      step.wait[origin.receives++] = from.slot;
+      continue;
+    }
+    case PipeOpKind::Forward:
+    case PipeOpKind::Backward:
+      if (origin.computes + origin.sends > 0)
+        flush(i);
+      step.duration = uint32_t(op.chunk * shape.stages + int64_t(stage)) +
+                      (op.kind == PipeOpKind::Forward ? 1 : backwardBase);
+      origin.computes = 1;
+      continue;
+    case PipeOpKind::SendActivation:
+    case PipeOpKind::SendGradient:
+      if (origin.sends == 2)
+        flush(i);
+      step.send[origin.sends++] = lastSend[stage] = message(op, stage).slot;
+      continue;
+    }
+    break; // a receive waits
   }
+  if (origin.receives + origin.computes + origin.sends > 0)
+    flush(i);
   if (count > 0)
     segments.push_back({uint32_t(stage), count});
+  return {i, sender};
 }
 
 template <bool KeepTimings> PipelineRun CompiledSchedule::runSteps(double transfer) {

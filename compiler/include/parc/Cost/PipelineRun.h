@@ -26,6 +26,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace parc {
@@ -74,8 +75,11 @@ private:
 
   class Messages;
   void compile();
-  /// Fuses instructions [first, end) of `stage`, which run back to back, into steps.
-  void addSegment(Messages &message, size_t stage, size_t first, size_t end);
+  /// Fuses the instructions of `stage` from `next[stage]` on into steps, up to its end or to
+  /// a receive whose send has not run yet (by `next`); returns where it stopped and the stage
+  /// it waits for, or -1.
+  std::pair<size_t, int64_t> addSegment(Messages &message, const std::vector<size_t> &next,
+                                        size_t stage);
   template <bool KeepTimings> PipelineRun runSteps(double transfer);
 
   PipelineConfig shape;
