@@ -6,40 +6,51 @@
 
 namespace parc {
 
-/// Every message of the schedule by (gradient, receiving virtual stage, microbatch): which
-/// stage posts it, at which instruction, into which arrival slot. A message nobody sends is
-/// never posted: its receive waits and the schedule deadlocks.
+/// Every message of the schedule by (gradient, receiving virtual stage, microbatch), its
+/// arrival slot FirstMessage + that index, and the instruction of its sender that posts it. A
+/// message nobody sends is never posted: its receive waits and the schedule deadlocks.
 class CompiledSchedule::Messages {
 public:
+  enum : uint32_t { FirstMessage = 2, NotSent = UINT32_MAX };
   struct Posted {
-    uint32_t stage = 0, instruction = UINT32_MAX, slot = 0;
+    uint32_t stage, instruction, slot; // the sending stage, its instruction, the arrival slot
   };
 
-  /// Numbers the sends' arrival slots from `slots` on; `slots` ends past the last.
-  Messages(const PipelineConfig &config, const std::vector<StageProgram> &programs,
-           size_t &slots)
-      : config(config), posted(size_t(2 * config.virtualStages() * config.microbatches)) {
+  Messages(const PipelineConfig &config, const std::vector<StageProgram> &programs)
+      : config(config),
+        posting(size_t(2 * config.virtualStages() * config.microbatches), NotSent) {
     for (size_t s = 0; s < programs.size(); ++s)
       for (size_t i = 0; i < programs[s].size(); ++i)
         if (programs[s][i].isSend())
-          (*this)(programs[s][i], s) = {uint32_t(s), uint32_t(i), uint32_t(slots++)};
+          posting[index(programs[s][i], s).first] = uint32_t(i);
   }
 
+  size_t slots() const { return FirstMessage + posting.size(); }
+
   /// The message `op` of `stage` sends or receives.
-  Posted &operator()(const PipeOp &op, size_t stage) {
-    const bool gradient = op.kind == PipeOpKind::SendGradient ||
-                          op.kind == PipeOpKind::RecvGradient;
-    int64_t v = config.virtualStageOf(int64_t(stage), op.chunk);
-    if (op.isSend()) // named by the virtual stage it goes to
-      v += gradient ? -1 : 1;
-    return posted[size_t(((gradient ? 1 : 0) * config.virtualStages() + v) *
-                             config.microbatches +
-                         op.microbatch)];
+  Posted operator()(const PipeOp &op, size_t stage) const {
+    auto [message, sender] = index(op, stage);
+    return {uint32_t(sender), posting[message], uint32_t(FirstMessage + message)};
   }
 
 private:
+  /// The message's index and its sender.
+  std::pair<size_t, int64_t> index(const PipeOp &op, size_t stage) const {
+    const bool gradient = op.kind == PipeOpKind::SendGradient ||
+                          op.kind == PipeOpKind::RecvGradient;
+    const int64_t v = config.virtualStageOf(int64_t(stage), op.chunk);
+    const int64_t step = gradient ? -1 : 1; // the direction the message travels
+    const int64_t to = op.isSend() ? v + step : v;
+    int64_t sender = op.isSend() ? int64_t(stage) : config.stageOfVirtual(v - step);
+    if (v - step < 0 || v - step >= config.virtualStages())
+      sender = int64_t(stage); // nobody sends it
+    return {size_t(((gradient ? 1 : 0) * config.virtualStages() + to) * config.microbatches +
+                   op.microbatch),
+            sender};
+  }
+
   const PipelineConfig &config;
-  std::vector<Posted> posted;
+  std::vector<uint32_t> posting;
 };
 
 CompiledSchedule::CompiledSchedule(const PipelineConfig &config)
@@ -52,9 +63,9 @@ void CompiledSchedule::compile() {
   size_t instructions = 0;
   for (const StageProgram &program : stagePrograms)
     instructions += program.size();
-  Messages message(shape, stagePrograms, slots);
+  const Messages message(shape, stagePrograms);
+  slots = message.slots();
   steps.reserve(instructions / 2);
-  origins.reserve(instructions / 2);
   lastSend.assign(stages, SinkSlot);
   // A stage runs until a receive whose send has not run yet, then sleeps among its sender's
   // waiters until the sender has run past that send.
@@ -87,7 +98,7 @@ void CompiledSchedule::compile() {
   deadlocks = done != instructions;
 }
 
-std::pair<size_t, int64_t> CompiledSchedule::addSegment(Messages &message,
+std::pair<size_t, int64_t> CompiledSchedule::addSegment(const Messages &message,
                                                         const std::vector<size_t> &next,
                                                         size_t stage) {
   const StageProgram &program = stagePrograms[stage];
@@ -97,51 +108,49 @@ std::pair<size_t, int64_t> CompiledSchedule::addSegment(Messages &message,
   int64_t sender = -1;
   uint32_t count = 0;
   Step step;
-  StepOrigin origin;
-  origin.instruction = uint32_t(i);
-  // Ends the step being built; the next one starts at instruction `at`.
-  auto flush = [&](size_t at) {
+  struct {
+    int receives = 0, computes = 0, sends = 0;
+  } parts; // of `step`
+  auto flush = [&] {
     steps.push_back(step);
-    origins.push_back(origin);
     ++count;
     step = Step();
-    origin = StepOrigin();
-    origin.instruction = uint32_t(at);
+    parts = {};
   };
   for (; i < size; ++i) {
     const PipeOp &op = program[i];
     switch (op.kind) {
     case PipeOpKind::RecvActivation:
     case PipeOpKind::RecvGradient: {
-      const Messages::Posted &from = message(op, stage);
+      const Messages::Posted from = message(op, stage);
       if (next[from.stage] <= from.instruction) { // not posted yet
         sender = int64_t(from.stage);
         break;
       }
-      if (origin.computes + origin.sends > 0 || origin.receives == 2)
-        flush(i);
-      step.wait[origin.receives++] = from.slot;
+      if (parts.computes + parts.sends > 0 || parts.receives == 2)
+        flush();
+      step.wait[parts.receives++] = from.slot;
       continue;
     }
     case PipeOpKind::Forward:
     case PipeOpKind::Backward:
-      if (origin.computes + origin.sends > 0)
-        flush(i);
+      if (parts.computes + parts.sends > 0)
+        flush();
       step.duration = uint32_t(op.chunk * shape.stages + int64_t(stage)) +
                       (op.kind == PipeOpKind::Forward ? 1 : backwardBase);
-      origin.computes = 1;
+      parts.computes = 1;
       continue;
     case PipeOpKind::SendActivation:
     case PipeOpKind::SendGradient:
-      if (origin.sends == 2)
-        flush(i);
-      step.send[origin.sends++] = lastSend[stage] = message(op, stage).slot;
+      if (parts.sends == 2)
+        flush();
+      step.send[parts.sends++] = lastSend[stage] = message(op, stage).slot;
       continue;
     }
     break; // a receive waits
   }
-  if (origin.receives + origin.computes + origin.sends > 0)
-    flush(i);
+  if (parts.receives + parts.computes + parts.sends > 0)
+    flush();
   if (count > 0)
     segments.push_back({uint32_t(stage), count});
   return {i, sender};
@@ -156,11 +165,12 @@ template <bool KeepTimings> PipelineRun CompiledSchedule::runSteps(double transf
       run.timings[s].resize(stagePrograms[s].size());
   }
   const Step *step = steps.data();
-  const StepOrigin *origin = origins.data();
+  std::vector<size_t> timed(KeepTimings ? stages : 0, 0); // per stage, instructions timed
   const double *seconds = durations.data();
   double *arrivals = arrival.data(), *began = starts.data();
   for (const Segment &segment : segments) {
     double now = clock[segment.stage];
+    OpTiming *t = KeepTimings ? run.timings[segment.stage].data() + timed[segment.stage] : nullptr;
     for (const Step *end = step + segment.count; step != end; ++step) {
       // Each part is exact when absent: max(now, 0) is now, and adding 0 s changes nothing.
       const double received = std::max(now, arrivals[step->wait[0]]);
@@ -168,21 +178,22 @@ template <bool KeepTimings> PipelineRun CompiledSchedule::runSteps(double transf
       began[step->duration] = start;
       const double finish = start + seconds[step->duration];
       arrivals[step->send[0]] = arrivals[step->send[1]] = finish + transfer;
-      if (KeepTimings) {
-        OpTiming *t = &run.timings[segment.stage][origin->instruction];
-        if (origin->receives > 0)
+      if (KeepTimings) { // the parts a step has, in their program order
+        if (step->wait[0] != ZeroSlot)
           *t++ = {now, received};
-        if (origin->receives > 1)
+        if (step->wait[1] != ZeroSlot)
           *t++ = {received, start};
-        if (origin->computes)
+        if (step->duration != 0)
           *t++ = {start, finish};
-        for (int k = 0; k < origin->sends; ++k)
-          *t++ = {finish, finish + transfer};
-        ++origin;
+        for (uint32_t send : step->send)
+          if (send != SinkSlot)
+            *t++ = {finish, finish + transfer};
       }
       now = finish;
     }
     clock[segment.stage] = now;
+    if (KeepTimings)
+      timed[segment.stage] = size_t(t - run.timings[segment.stage].data());
   }
   // A stage's clock never goes back, so its last send's arrival is the latest.
   run.stageEnd.resize(stages);

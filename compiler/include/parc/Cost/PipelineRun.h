@@ -53,7 +53,8 @@ public:
 
 private:
   /// A run of instructions fused into one step that needs no branch: up to two receives, a
-  /// compute and up to two sends, any of them absent. A stage waits for `wait` (slot 0 holds
+  /// compute and up to two sends, any of them absent, in that order (which the timings,
+  /// instruction by instruction, read back). A stage waits for `wait` (slot 0 holds
   /// 0 for an absent receive), computes for `duration` (slot 0 is 0 s for an absent compute)
   /// and posts `send` (to the sink slot 1 for an absent send). Megatron's steady state posts
   /// two receives before a compute and two sends after one, so a step is about a compute.
@@ -66,11 +67,6 @@ private:
   struct Segment {
     uint32_t stage = 0, count = 0;
   };
-  /// For the timings only: the first instruction of each step and how many of each part.
-  struct StepOrigin {
-    uint32_t instruction = 0;
-    uint8_t receives = 0, computes = 0, sends = 0;
-  };
   enum : uint32_t { ZeroSlot = 0, SinkSlot = 1 };
 
   class Messages;
@@ -78,15 +74,14 @@ private:
   /// Fuses the instructions of `stage` from `next[stage]` on into steps, up to its end or to
   /// a receive whose send has not run yet (by `next`); returns where it stopped and the stage
   /// it waits for, or -1.
-  std::pair<size_t, int64_t> addSegment(Messages &message, const std::vector<size_t> &next,
-                                        size_t stage);
+  std::pair<size_t, int64_t> addSegment(const Messages &message,
+                                        const std::vector<size_t> &next, size_t stage);
   template <bool KeepTimings> PipelineRun runSteps(double transfer);
 
   PipelineConfig shape;
   std::vector<StageProgram> stagePrograms;
   std::vector<Step> steps;
   std::vector<Segment> segments;
-  std::vector<StepOrigin> origins;
   /// Per stage, the arrival slot of its last send (SinkSlot when it sends nothing): its end is
   /// that arrival or its clock, whichever is later.
   std::vector<uint32_t> lastSend;
