@@ -192,10 +192,14 @@ std::vector<int64_t> microbatchesInFlight(ScheduleKind schedule, int64_t pp, int
   if (microbatches == pp)
     warmup = total;
   const int64_t peak = std::min(warmup + 1, total);
+  // Forward k runs model chunk (k mod (pp * chunks)) / pp, as Megatron's get_model_chunk_id:
+  // each whole round of pp * chunks forwards gives every chunk pp, and the partial round fills
+  // the chunks in order (counted, not walked: the search asks for every stage of thousands of
+  // candidates, and this loop took pp^2 x chunks steps per candidate).
+  const int64_t round = pp * chunks, rounds = peak / round, rest = peak % round;
   std::vector<int64_t> perChunk(size_t(chunks), 0);
-  // Forward k runs model chunk (k mod (pp * chunks)) / pp, as Megatron's get_model_chunk_id.
-  for (int64_t k = 0; k < peak; ++k)
-    ++perChunk[size_t((k % (pp * chunks)) / pp)];
+  for (int64_t chunk = 0; chunk < chunks; ++chunk)
+    perChunk[size_t(chunk)] = rounds * pp + std::clamp(rest - chunk * pp, int64_t(0), pp);
   return perChunk;
 }
 

@@ -227,6 +227,24 @@ TEST(MemoryModel, MicrobatchesInFlight) {
             (std::vector<int64_t>{4, 4}));
 }
 
+TEST(MemoryModel, MicrobatchesInFlightCountsMegatronsChunkOfEveryForward) {
+  // Forward k of the warm-up runs chunk (k mod (pp x chunks)) / pp (get_model_chunk_id).
+  for (int64_t pp : {2, 3, 4, 8})
+    for (int64_t chunks : {2, 3, 4})
+      for (int64_t microbatches : {pp, 2 * pp, 3 * pp, 8 * pp})
+        for (int64_t stage = 0; stage < pp; ++stage) {
+          int64_t total = microbatches * chunks;
+          int64_t warmup = microbatches == pp ? total : 2 * (pp - stage - 1) + (chunks - 1) * pp;
+          std::vector<int64_t> walked(size_t(chunks), 0);
+          for (int64_t k = 0; k < std::min(warmup + 1, total); ++k)
+            ++walked[size_t(k % (pp * chunks) / pp)];
+          EXPECT_EQ(microbatchesInFlight(ScheduleKind::Interleaved, pp, stage, microbatches,
+                                         chunks),
+                    walked)
+              << "pp " << pp << " chunks " << chunks << " M " << microbatches << " stage " << stage;
+        }
+}
+
 TEST(MemoryModel, InterleavingCostsKorthikantiFactor) {
   // Stage 0 of an interleaved schedule holds 1 + (p - 1) / (p m) times the 1F1B activations.
   ModelSpec m = gptModel(4096, 32, 16, 51200, 2048, false);
