@@ -19,5 +19,8 @@ cmake --build "$build"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
 export LSAN_OPTIONS="suppressions=$root/test/sanitizer/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# Instrumented code runs several times slower: the time limits of the hostile-input tests
+# (test/lit/torture) stretch by this factor, so they still catch a hang but not the slowdown.
+export PARC_TEST_TIME_SCALE="${PARC_TEST_TIME_SCALE:-10}"
 cd "$build"
 ctest --output-on-failure -j2 "$@"

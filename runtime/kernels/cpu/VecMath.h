@@ -36,6 +36,9 @@ inline float expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
+  // A NaN passes the clamps and stays in p; converting it to int would be undefined
+  // (UBSan caught it on a diverging run), so its exponent is taken as 0.
+  n = n == n ? n : 0.0f;
   int32_t bits = (int32_t(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
