@@ -20,7 +20,9 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:dete
 # OpenMPI unloads its components (mca_*.so) before LeakSanitizer looks, which leaves their
 # allocations in "<unknown module>" where no suppression can name them: keep them loaded.
 export OMPI_MCA_mca_base_component_disable_dlclose=1
-export LSAN_OPTIONS="suppressions=$root/test/sanitizer/lsan.supp:print_suppressions=0"
+# fast_unwind_on_malloc=0: system libraries have no frame pointers, so the fast unwinder stops
+# inside them and lsan.supp never sees the OpenMPI frames it names.
+export LSAN_OPTIONS="suppressions=$root/test/sanitizer/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 # Instrumented code runs several times slower: the time limits of the hostile-input tests
 # (test/lit/torture) stretch by this factor, so they still catch a hang but not the slowdown.
