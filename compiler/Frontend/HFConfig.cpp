@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "HFConfigInternal.h"
 
+#include "parc/Support/CheckedInt.h"
 #include "parc/Support/FileInput.h"
 #include "parc/Support/Limits.h"
 
@@ -178,7 +179,7 @@ void readLlamaCore(ModelBuilder &b) {
                 "intermediate_size", "num_hidden_layers", "rmsnorm", "rms_norm_eps"});
   if (std::optional<int64_t> kv = c.count("num_key_value_heads"))
     b.set("kv_heads", *kv, "num_key_value_heads");
-  int64_t hidden = std::stoll(b.value("hidden")), heads = std::stoll(b.value("heads"));
+  int64_t hidden = b.integer("hidden"), heads = b.integer("heads");
   std::optional<int64_t> headDim = c.count("head_dim");
   if (headDim && heads && (hidden % heads != 0 || *headDim != hidden / heads))
     b.set("head_dim", *headDim, "head_dim");
@@ -229,7 +230,7 @@ void readAttentionBias(ModelBuilder &b, bool hasMLPKey) {
 /// Sliding-window attention equals full causal attention up to the window: the block keeps
 /// seq within it and says so.
 void limitToWindow(ModelBuilder &b, llvm::StringRef key, int64_t window) {
-  if (window >= std::stoll(b.value("max_positions")))
+  if (window >= b.integer("max_positions"))
     return;
   b.set("seq", window, key.str() + ": where sliding-window attention equals parc's full one");
   b.config.warning(key, "'" + key + "' = " + std::to_string(window) +
@@ -342,7 +343,11 @@ void readGPT2(ModelBuilder &b) {
                 "layer_norm_epsilon"});
   c.accept({"n_ctx"}); // the old name of n_positions
   std::optional<int64_t> inner = c.count("n_inner");
-  b.set("ffn", inner.value_or(4 * std::stoll(b.value("hidden"))),
+  std::optional<int64_t> fourTimes = checkedMul(4, b.integer("hidden"));
+  if (!inner && !fourTimes)
+    c.error("n_embd", "'n_embd' = " + b.value("hidden") +
+                          ": without n_inner the MLP is 4 * n_embd wide, which overflows");
+  b.set("ffn", inner.value_or(fourTimes.value_or(0)),
         inner ? "n_inner" : "n_inner left out: 4 * n_embd");
   readActivation(b, "activation_function", "gelu_new", false);
   b.set("position", "learned", "learned positions (wpe)");

@@ -79,6 +79,11 @@ public:
         return f.value;
     return "";
   }
+  /// A field set from an integer key; 0 when it is not set (readSizes has reported why).
+  int64_t integer(llvm::StringRef name) const {
+    int64_t n = 0;
+    return llvm::StringRef(value(name)).getAsInteger(10, n) ? 0 : n;
+  }
   void note(const std::string &line) { model.notes.push_back(line); }
 
   Config &config;
