@@ -42,20 +42,23 @@ struct ThreadsScope {
 TEST(KernelsFastTest, ParallelForCoversEveryIndexOnceAndNestsInline) {
   ThreadsScope threads(3);
   std::vector<std::atomic<int>> hits(1000);
-  std::atomic<int> nestedParts{0};
-  detail::parallelFor(1000, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      ++hits[size_t(i)];
-    EXPECT_EQ(detail::availableThreads(), 1);
-    detail::parallelFor(10, 1, [&](int64_t b, int64_t e) {
-      EXPECT_EQ(b, 0);
-      EXPECT_EQ(e, 10);
-      ++nestedParts;
+  std::atomic<int> parts{0}, nestedParts{0};
+  for (int job = 0; job < 50; ++job) // jobs one after another: no chunk of one runs in the next
+    detail::parallelFor(1000, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        ++hits[size_t(i)];
+      ++parts;
+      EXPECT_EQ(detail::availableThreads(), 1);
+      detail::parallelFor(10, 1, [&](int64_t b, int64_t e) {
+        EXPECT_EQ(b, 0);
+        EXPECT_EQ(e, 10);
+        ++nestedParts;
+      });
     });
-  });
   for (const std::atomic<int> &hit : hits)
-    EXPECT_EQ(hit.load(), 1);
-  EXPECT_EQ(nestedParts.load(), 3);
+    EXPECT_EQ(hit.load(), 50);
+  EXPECT_EQ(parts.load(), 50 * 3 * detail::chunksPerThread);
+  EXPECT_EQ(nestedParts.load(), parts.load());
 }
 
 TEST(KernelsFastTest, FusedBiasGeluIsTheUnfusedPairBitForBit) {

@@ -56,7 +56,10 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, T alpha, co
   int64_t length = byRows ? m : n, width = byRows ? n : m;
   int64_t units = (length + tile - 1) / tile;
   int64_t grain = std::max<int64_t>(1, minBlockFlops / std::max<int64_t>(1, 2 * tile * width * k));
-  parallelFor(units, grain, [&](int64_t begin, int64_t end) {
+  // One block a thread: OpenBLAS packs the shared operand again for every call.
+  parallelFor(
+      units, grain,
+      [&](int64_t begin, int64_t end) {
     int64_t first = begin * tile, count = std::min(end * tile, length) - first;
     if (byRows)
       gemmSerial(transA, transB, count, n, k, alpha, transA ? a + first : a + first * lda, lda, b,
@@ -64,7 +67,8 @@ void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, T alpha, co
     else
       gemmSerial(transA, transB, m, count, k, alpha, a, lda, transB ? b + first * ldb : b + first,
                  ldb, beta, c + first, ldc);
-  });
+      },
+      1);
 }
 
 } // namespace parc::runtime::cpu::detail

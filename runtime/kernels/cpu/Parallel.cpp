@@ -1,8 +1,8 @@
 //===- Parallel.cpp - Per-thread worker pools of the CPU kernels ----------===//
 //
 // A kernel of a small model lasts tens of microseconds, about what a futex wake-up takes, so a
-// worker spins (yielding) for a while after each job before it sleeps, and the caller runs the
-// first part itself instead of waiting idle.
+// worker spins (yielding) for a while after each job before it sleeps, and the caller takes
+// chunks itself instead of waiting idle.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,18 +28,21 @@ namespace {
 std::atomic<int64_t> threadsSetting{1};
 thread_local bool insideParallel = false;
 
-/// `size` - 1 workers; worker w runs part w of each job, the caller part 0.
+/// `size` - 1 workers that take the chunks of each job with the caller: each thread claims the
+/// next unclaimed chunk until none is left, so a worker the scheduler has not woken yet (a
+/// loaded machine) leaves its share to the caller instead of holding up the whole job. Which
+/// thread runs a chunk never changes what the chunk computes.
 class WorkerPool {
 public:
   explicit WorkerPool(int64_t size) {
     for (int64_t w = 1; w < size; ++w)
-      workers.emplace_back([this, w] { work(w); });
+      workers.emplace_back([this] { work(); });
   }
   ~WorkerPool() {
     {
       std::lock_guard<std::mutex> lock(mutex);
-      stopping = true;
-      generation.fetch_add(1);
+      stopping.store(true);
+      state.store(packed(generationOf(state.load()) + 1, 0, 0));
     }
     wake.notify_all();
     for (std::thread &worker : workers)
@@ -47,62 +50,82 @@ public:
   }
   int64_t size() const { return int64_t(workers.size()) + 1; }
 
-  void run(int64_t n, int64_t parts, detail::RangeTask task) {
-    job = {n, parts, task};
-    // Every worker acknowledges every job, so that none still reads this one when the next
-    // is written.
-    pending.store(int64_t(workers.size()));
+  void run(int64_t n, int64_t chunks, detail::RangeTask task) {
+    job = {n, chunks, task};
+    done.store(0);
+    uint64_t generation = generationOf(state.load()) + 1;
     {
       std::lock_guard<std::mutex> lock(mutex);
-      generation.fetch_add(1);
+      state.store(packed(generation, uint64_t(chunks), 0));
     }
     wake.notify_all();
-    runPart(0);
-    // The workers' parts are as long as this one: spin, yielding the core to them.
-    while (pending.load() > 0)
+    runChunks(generation);
+    // What is left are chunks the workers claimed: spin, yielding the core to them.
+    while (done.load() < chunks)
       std::this_thread::yield();
   }
 
+  /// Chunks per job at most (the state word's field).
+  static constexpr int64_t maxChunks = 0xffff;
+
 private:
   struct Job {
-    int64_t n = 0, parts = 0;
+    int64_t n = 0, chunks = 0;
     detail::RangeTask task{};
   };
 
-  void runPart(int64_t part) {
-    if (part >= job.parts)
-      return;
-    int64_t begin = job.n * part / job.parts, end = job.n * (part + 1) / job.parts;
-    if (begin < end)
-      job.task.run(job.task.context, begin, end);
+  // The state word: the job's generation, its chunk count and the next unclaimed chunk, so
+  // that a claim is one compare-and-swap that fails for a job that is over.
+  static uint64_t packed(uint64_t generation, uint64_t chunks, uint64_t next) {
+    return generation << 32 | chunks << 16 | next;
+  }
+  static uint64_t generationOf(uint64_t word) { return word >> 32; }
+
+  /// Runs unclaimed chunks of job `generation` until none is left. The job's fields are read
+  /// only after a claim succeeded: the caller waits for that chunk, so they stay as written.
+  void runChunks(uint64_t generation) {
+    uint64_t word = state.load();
+    for (;;) {
+      uint64_t chunks = (word >> 16) & 0xffff, next = word & 0xffff;
+      if (generationOf(word) != generation || next >= chunks)
+        return;
+      if (!state.compare_exchange_weak(word, word + 1))
+        continue;
+      int64_t c = int64_t(next), begin = job.n * c / job.chunks;
+      int64_t end = job.n * (c + 1) / job.chunks;
+      if (begin < end)
+        job.task.run(job.task.context, begin, end);
+      done.fetch_add(1);
+      word = state.load();
+    }
   }
 
-  void work(int64_t index) {
+  void work() {
     insideParallel = true;
     uint64_t seen = 0;
+    auto published = [&] { return generationOf(state.load()) != seen; };
     for (;;) {
       // Spin for about a job's length before sleeping on the condition variable.
       auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
-      while (generation.load() == seen && std::chrono::steady_clock::now() < until)
+      while (!published() && std::chrono::steady_clock::now() < until)
         std::this_thread::yield();
-      if (generation.load() == seen) {
+      if (!published()) {
         std::unique_lock<std::mutex> lock(mutex);
-        wake.wait(lock, [&] { return generation.load() != seen; });
+        wake.wait(lock, published);
       }
-      seen = generation.load();
-      if (stopping)
+      if (stopping.load())
         return;
-      runPart(index);
-      pending.fetch_sub(1);
+      seen = generationOf(state.load());
+      runChunks(seen);
     }
   }
 
   std::vector<std::thread> workers;
   std::mutex mutex;
   std::condition_variable wake;
-  std::atomic<uint64_t> generation{0};
-  std::atomic<int64_t> pending{0};
-  bool stopping = false;
+  std::atomic<uint64_t> state{0};
+  std::atomic<int64_t> done{0};
+  std::atomic<bool> stopping{false};
   Job job;
 };
 
@@ -128,11 +151,10 @@ namespace detail {
 
 int64_t availableThreads() { return insideParallel ? 1 : threadsSetting.load(); }
 
-void runParallel(int64_t n, int64_t parts, RangeTask task) {
+void runParallel(int64_t n, int64_t chunks, RangeTask task) {
   WorkerPool &pool = poolOfThisThread();
-  parts = std::min(parts, pool.size());
   insideParallel = true;
-  pool.run(n, parts, task);
+  pool.run(n, std::min(chunks, WorkerPool::maxChunks), task);
   insideParallel = false;
 }
 

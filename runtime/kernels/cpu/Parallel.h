@@ -7,14 +7,17 @@
 // kernelThreads() so that ranks x threads does not exceed the cores: one pool never serves two
 // ranks, and no BLAS pool spins beside it.
 //
-// Work is cut into contiguous ranges; a kernel whose result must not depend on the thread count
-// (a reduction) cuts its input into fixed-size blocks and sums the blocks' partials in order.
+// Work is cut into contiguous ranges that the threads claim one after another; a kernel whose
+// result must not depend on the thread count computes nothing that depends on where a range
+// starts: a reduction cuts its input into fixed-size blocks and sums the blocks' partials in
+// order, or gives each thread whole columns.
 // A parallelFor inside another one runs inline.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PARC_RUNTIME_KERNELS_CPU_PARALLEL_H
 #define PARC_RUNTIME_KERNELS_CPU_PARALLEL_H
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
@@ -26,19 +29,24 @@ struct RangeTask {
   const void *context;
 };
 
-/// Runs `task` on `parts` contiguous ranges covering [0, n), part 0 on the calling thread.
-void runParallel(int64_t n, int64_t parts, RangeTask task);
+/// Runs `task` on `chunks` contiguous ranges covering [0, n), on the calling thread and the
+/// workers of its pool, each thread claiming the next chunk that is left.
+void runParallel(int64_t n, int64_t chunks, RangeTask task);
 
 /// The number of threads a kernel may use on this thread now (1 inside a parallelFor).
 int64_t availableThreads();
 
+/// Chunks per thread of a parallelFor: enough that the caller absorbs the share of a worker
+/// that starts late, few enough that a chunk's claim is nothing beside its work.
+inline constexpr int64_t chunksPerThread = 4;
+
 /// body(begin, end) over contiguous ranges of [0, n), each at least `grain` long (but one),
-/// on up to availableThreads() threads.
-template <typename Body> void parallelFor(int64_t n, int64_t grain, const Body &body) {
-  int64_t parts = availableThreads();
-  if (grain > 0 && n / grain < parts)
-    parts = n / grain;
-  if (parts <= 1) {
+/// on up to availableThreads() threads, in up to `perThread` ranges a thread.
+template <typename Body>
+void parallelFor(int64_t n, int64_t grain, const Body &body, int64_t perThread = chunksPerThread) {
+  int64_t threads = availableThreads(), most = grain > 0 ? n / grain : n;
+  int64_t chunks = std::min(threads * perThread, most);
+  if (threads <= 1 || chunks <= 1) {
     if (n > 0)
       body(int64_t(0), n);
     return;
@@ -47,7 +55,7 @@ template <typename Body> void parallelFor(int64_t n, int64_t grain, const Body &
                    (*static_cast<const Body *>(context))(begin, end);
                  },
                  &body};
-  runParallel(n, parts, task);
+  runParallel(n, chunks, task);
 }
 
 } // namespace parc::runtime::cpu::detail
