@@ -2,8 +2,9 @@
 
 #include "parc/Runtime/HostArena.h"
 
+#include "parc/Runtime/Kernels.h"
+
 #include <cstdlib>
-#include <cstring>
 
 namespace parc::runtime {
 
@@ -25,13 +26,13 @@ void *HostArena::allocate(MemoryCategory category, size_t bytes) {
   if (!blocks.empty()) {
     void *block = blocks.back();
     blocks.pop_back();
-    std::memset(block, 0, bytes);
+    cpu::zeroBytes(block, bytes);
     return block;
   }
   void *block = std::aligned_alloc(alignment, rounded(bytes));
   if (!block)
     return nullptr;
-  std::memset(block, 0, bytes);
+  cpu::zeroBytes(block, bytes);
   ++fresh;
   reserved[static_cast<size_t>(category)] += int64_t(rounded(bytes));
   return block;

@@ -1,8 +1,8 @@
 //===- KernelsFastTest.cpp - CPU kernels: fused, vectorised and threaded paths ----===//
 //
 // The fused kernels give the bits of the unfused pairs; the fp32 transcendentals stay within
-// a few float roundings of libm in double; the kernel threads cover every range once, and the
-// kernels give the same bits on any number of threads.
+// a few float roundings of libm in double; the kernel threads cover every range once
+// (KernelsThreadsTest.cpp: the kernels give the same bits on any number of threads).
 //
 //===----------------------------------------------------------------------===//
 
@@ -152,17 +152,6 @@ TEST(KernelsFastTest, FloatCrossEntropyAgreesWithDouble) {
     EXPECT_NEAR(gradF[i], grad[i], 1e-7);
 }
 
-/// Runs `kernel` on 1, 2 and 3 threads and expects the same outputs.
-template <typename Kernel> void expectSameOnAnyThreads(Kernel kernel) {
-  std::vector<std::vector<float>> outputs;
-  for (int64_t threads : {1, 2, 3}) {
-    ThreadsScope scope(threads);
-    outputs.push_back(kernel());
-  }
-  EXPECT_EQ(outputs[0], outputs[1]);
-  EXPECT_EQ(outputs[0], outputs[2]);
-}
-
 TEST(KernelsFastTest, FloatFlashAttentionAgreesWithDouble) {
   // Two query tiles and a partial one, causal, grouped queries: the fp32 kernel (VecMath.h's
   // exp, float sums) within float roundings of the fp64 one.
@@ -196,56 +185,6 @@ TEST(KernelsFastTest, FloatFlashAttentionAgreesWithDouble) {
   expectClose(dqF, dq, "dq");
   expectClose(dkF, dk, "dk");
   expectClose(dvF, dv, "dv");
-}
-
-TEST(KernelsFastTest, ReductionsAndAttentionGiveTheSameBitsOnAnyThreads) {
-  const int64_t rows = 517, dim = 130;
-  auto x = randomValues<float>(rows * dim, 9), dy = randomValues<float>(rows * dim, 10);
-  auto weight = randomValues<float>(dim, 11);
-  expectSameOnAnyThreads([&] {
-    std::vector<float> dx(x.size()), dweight(dim), dbias(dim);
-    layerNormBackward(dx.data(), dweight.data(), dbias.data(), x.data(), weight.data(), dy.data(),
-                      rows, dim, 1e-5);
-    biasAddBackward(dx.data(), dbias.data(), dy.data(), rows, dim);
-    dx.insert(dx.end(), dweight.begin(), dweight.end());
-    dx.insert(dx.end(), dbias.begin(), dbias.end());
-    dx.push_back(float(squaredSum(x.data(), rows * dim)));
-    return dx;
-  });
-  const int64_t seq = 40, batch = 3, heads = 4, kvHeads = 2, headDim = 16;
-  auto q = randomValues<float>(seq * batch * heads * headDim, 13);
-  auto k = randomValues<float>(seq * batch * kvHeads * headDim, 14), v = k;
-  expectSameOnAnyThreads([&] {
-    std::vector<float> y(q.size()), dq(q.size()), dk(k.size()), dv(k.size());
-    std::vector<float> probs(batch * heads * seq * seq), dy = randomValues<float>(q.size(), 17);
-    attentionForward(y.data(), probs.data(), q.data(), k.data(), v.data(), seq, batch, heads,
-                     kvHeads, headDim, true);
-    attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(), probs.data(),
-                      dy.data(), seq, batch, heads, kvHeads, headDim, true);
-    y.insert(y.end(), dq.begin(), dq.end());
-    y.insert(y.end(), dk.begin(), dk.end());
-    y.insert(y.end(), dv.begin(), dv.end());
-    return y;
-  });
-  // Longer than one flash tile, so that the online softmax rescales.
-  const int64_t flashSeq = 150;
-  auto fq = randomValues<float>(flashSeq * batch * heads * headDim, 18);
-  auto fk = randomValues<float>(flashSeq * batch * kvHeads * headDim, 19);
-  auto fv = randomValues<float>(fk.size(), 20), fdy = randomValues<float>(fq.size(), 21);
-  expectSameOnAnyThreads([&] {
-    std::vector<float> y(fq.size()), dq(fq.size()), dk(fk.size()), dv(fk.size());
-    std::vector<float> lse(batch * heads * flashSeq);
-    flashAttentionForward(y.data(), lse.data(), fq.data(), fk.data(), fv.data(), flashSeq, batch,
-                          heads, kvHeads, headDim, true);
-    flashAttentionBackward(dq.data(), dk.data(), dv.data(), fq.data(), fk.data(), fv.data(),
-                           y.data(), lse.data(), fdy.data(), flashSeq, batch, heads, kvHeads,
-                           headDim, true);
-    y.insert(y.end(), lse.begin(), lse.end());
-    y.insert(y.end(), dq.begin(), dq.end());
-    y.insert(y.end(), dk.begin(), dk.end());
-    y.insert(y.end(), dv.begin(), dv.end());
-    return y;
-  });
 }
 
 } // namespace

@@ -111,19 +111,23 @@ void biasGeluBackward(T *dx, T *dbias, const T *x, const T *bias, const T *dy, i
 template <typename T>
 void swigluForward(T *y, const T *gate, const T *up, int64_t rows, int64_t ffn) {
   // y = silu(gate) * up
-  for (int64_t i = 0; i < rows * ffn; ++i)
-    y[i] = T(gate[i] * sigmoid(gate[i]) * up[i]);
+  detail::forElements(rows * ffn, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      y[i] = T(gate[i] * sigmoid(gate[i]) * up[i]);
+  });
 }
 
 template <typename T>
 void swigluBackward(T *dgate, T *dup, const T *gate, const T *up, const T *dy, int64_t rows,
                     int64_t ffn) {
   // dgate = dy up sigmoid(g) (1 + g (1 - sigmoid(g))), dup = dy silu(g)
-  for (int64_t i = 0; i < rows * ffn; ++i) {
-    double g = gate[i], s = sigmoid(g);
-    dgate[i] = T(dy[i] * up[i] * s * (1.0 + g * (1.0 - s)));
-    dup[i] = T(dy[i] * g * s);
-  }
+  detail::forElements(rows * ffn, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      double g = gate[i], s = sigmoid(g);
+      dgate[i] = T(dy[i] * up[i] * s * (1.0 + g * (1.0 - s)));
+      dup[i] = T(dy[i] * g * s);
+    }
+  });
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \

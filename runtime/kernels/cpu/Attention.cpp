@@ -14,6 +14,7 @@
 
 #include "AttentionSlices.h"
 #include "Blas.h"
+#include "Rows.h"
 #include "VecMath.h"
 
 #include <algorithm>
@@ -36,23 +37,26 @@ void rotateHalves(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, i
   assert(headDim % 2 == 0 && "rotary embedding needs an even head size");
   int64_t half = headDim / 2;
   std::vector<double> cosTable(seq * half), sinTable(seq * half);
-  for (int64_t t = 0; t < seq; ++t)
-    for (int64_t j = 0; j < half; ++j) {
-      double angle = double(offset + t) * std::pow(theta, -2.0 * j / headDim);
-      cosTable[t * half + j] = std::cos(angle);
-      sinTable[t * half + j] = direction * std::sin(angle);
-    }
-  for (int64_t t = 0; t < seq; ++t)
-    for (int64_t bh = 0; bh < batch * heads; ++bh) {
-      const T *xh = x + (t * batch * heads + bh) * headDim;
-      T *yh = y + (t * batch * heads + bh) * headDim;
+  int64_t width = batch * heads * headDim;
+  detail::forRows(seq, width, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t)
       for (int64_t j = 0; j < half; ++j) {
-        double c = cosTable[t * half + j], s = sinTable[t * half + j];
-        double x1 = xh[j], x2 = xh[j + half];
-        yh[j] = T(x1 * c - x2 * s);
-        yh[j + half] = T(x2 * c + x1 * s);
+        double angle = double(offset + t) * std::pow(theta, -2.0 * j / headDim);
+        cosTable[t * half + j] = std::cos(angle);
+        sinTable[t * half + j] = direction * std::sin(angle);
       }
-    }
+    for (int64_t t = first; t < last; ++t)
+      for (int64_t bh = 0; bh < batch * heads; ++bh) {
+        const T *xh = x + (t * batch * heads + bh) * headDim;
+        T *yh = y + (t * batch * heads + bh) * headDim;
+        for (int64_t j = 0; j < half; ++j) {
+          double c = cosTable[t * half + j], s = sinTable[t * half + j];
+          double x1 = xh[j], x2 = xh[j + half];
+          yh[j] = T(x1 * c - x2 * s);
+          yh[j + half] = T(x2 * c + x1 * s);
+        }
+      }
+  });
 }
 
 // Row-wise softmax of scores [seq, seq] in place; with `causal`, row t keeps columns <= t and

@@ -3,7 +3,8 @@
 // Private to the CPU kernels. Elementwise kernels run over contiguous ranges of elements or
 // rows on the kernel threads (Parallel.h). A sum over rows (a bias gradient, a norm's weight
 // gradient) is cut into blocks of a fixed number of rows whose partial sums are added in block
-// order, so that the result is the same bits whatever the number of threads.
+// order, or split by columns (forColumns), so that the result is the same bits whatever the
+// number of threads.
 //
 //===----------------------------------------------------------------------===//
 #ifndef PARC_RUNTIME_KERNELS_CPU_ROWS_H
@@ -27,6 +28,20 @@ template <typename Body> void forElements(int64_t n, const Body &body) {
 /// body(begin, end) over [0, rows) rows of `dim` elements on the kernel threads.
 template <typename Body> void forRows(int64_t rows, int64_t dim, const Body &body) {
   parallelFor(rows, std::max<int64_t>(1, elementGrain / std::max<int64_t>(1, dim)), body);
+}
+
+/// Columns per unit of forColumns: a cache line of floats, so that no two threads write one.
+inline constexpr int64_t columnUnit = 16;
+
+/// body(c0, c1) over [0, columns) columns of `rows` elements each on the kernel threads, in
+/// ranges of whole cache lines: a sum over rows that gives each thread its columns adds every
+/// column over all rows in the serial order.
+template <typename Body> void forColumns(int64_t columns, int64_t rows, const Body &body) {
+  int64_t units = (columns + columnUnit - 1) / columnUnit;
+  int64_t grain = std::max<int64_t>(1, elementGrain / std::max<int64_t>(1, columnUnit * rows));
+  parallelFor(units, grain, [&](int64_t first, int64_t last) {
+    body(first * columnUnit, std::min(columns, last * columnUnit));
+  });
 }
 
 /// Rows per block of a reduction over rows; fixed, so the sums do not depend on the threads.

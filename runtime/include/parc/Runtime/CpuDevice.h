@@ -61,7 +61,12 @@ public:
   //===--- Copies, fills, host transfers ----------------------------------===//
 
   /// dst[i] = src[i]; the ranges may not overlap. E is T or G.
-  template <typename E> void copy(E *dst, const E *src, int64_t n) { std::copy_n(src, n, dst); }
+  template <typename E> void copy(E *dst, const E *src, int64_t n) {
+    if constexpr (std::is_same_v<E, float> || std::is_same_v<E, double>)
+      cpu::copyValues(dst, src, n);
+    else
+      std::copy_n(src, n, dst);
+  }
   /// `rows` runs of `width` elements: dst[r*dstStride + j] = src[r*srcStride + j].
   void copyRows(T *dst, int64_t dstStride, const T *src, int64_t srcStride, int64_t width,
                 int64_t rows) {
@@ -70,7 +75,10 @@ public:
   }
   /// dst[i] = value.
   template <typename E> void fill(E *dst, int64_t n, double value) {
-    std::fill_n(dst, n, E(value));
+    if constexpr (std::is_same_v<E, float> || std::is_same_v<E, double>)
+      cpu::fillValues(dst, n, E(value));
+    else
+      std::fill_n(dst, n, E(value));
   }
   /// main[i] += part[i]: a parameter gradient an op wrote through a scratch buffer.
   void accumulateGrad(G *main, const T *part, int64_t n) {

@@ -23,6 +23,7 @@
 #ifndef PARC_RUNTIME_KERNELS_H
 #define PARC_RUNTIME_KERNELS_H
 
+#include <cstddef>
 #include <cstdint>
 
 namespace parc::runtime::cpu {
@@ -36,6 +37,17 @@ enum class GradWrite { Overwrite, Add };
 /// machine. OpenBLAS itself is set to one thread: the kernels split their GEMMs themselves.
 void setKernelThreads(int64_t threads);
 int64_t kernelThreads();
+
+//===----------------------------------------------------------------------===//
+// Fills and copies (the executor's buffers: cleared gradients, reused arena blocks)
+//===----------------------------------------------------------------------===//
+
+/// dst[i] = value.
+template <typename T> void fillValues(T *dst, int64_t n, T value);
+/// dst[i] = src[i]; the ranges do not overlap.
+template <typename T> void copyValues(T *dst, const T *src, int64_t n);
+/// `bytes` zero bytes from dst on.
+void zeroBytes(void *dst, size_t bytes);
 
 //===----------------------------------------------------------------------===//
 // Embeddings
