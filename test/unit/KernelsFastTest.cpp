@@ -9,6 +9,7 @@
 #include "parc/Runtime/Kernels.h"
 
 #include "../../runtime/kernels/cpu/Parallel.h"
+#include "RandomValues.h"
 
 #include <gtest/gtest.h>
 
@@ -20,17 +21,9 @@
 
 using namespace parc::runtime;
 using namespace parc::runtime::cpu;
+using parc::test::randomValues;
 
 namespace {
-
-template <typename T> std::vector<T> randomValues(size_t n, uint64_t seed, double scale = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> value(-scale, scale);
-  std::vector<T> v(n);
-  for (T &x : v)
-    x = T(value(rng));
-  return v;
-}
 
 /// Restores the kernel threads a test changed.
 struct ThreadsScope {

@@ -2,6 +2,7 @@
 #ifndef PARC_TEST_UNIT_RANDOMVALUES_H
 #define PARC_TEST_UNIT_RANDOMVALUES_H
 
+#include <cstdint>
 #include <random>
 #include <vector>
 
@@ -14,6 +15,17 @@ inline std::vector<double> randomVec(size_t n, std::mt19937_64 &rng, double scal
   std::vector<double> v(n);
   for (double &x : v)
     x = scale * magnitude(rng) * (negative(rng) ? -1.0 : 1.0);
+  return v;
+}
+
+/// `n` values uniform in [-scale, scale] from `seed`, rounded to T.
+template <typename T>
+std::vector<T> randomValues(size_t n, uint64_t seed, double scale = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> value(-scale, scale);
+  std::vector<T> v(n);
+  for (T &x : v)
+    x = T(value(rng));
   return v;
 }
 
