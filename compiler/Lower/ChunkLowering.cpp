@@ -13,152 +13,11 @@
 // share one gradient tensor: the backward reads the output's gradient.
 //
 //===----------------------------------------------------------------------===//
-#include "LowerInternal.h"
+#include "ChunkLowerer.h"
 
 #include <algorithm>
 
 namespace parc::lower {
-
-namespace {
-
-using plan::OpKind;
-using Attrs = std::map<std::string, plan::AttrValue>;
-using Shape = std::vector<int64_t>;
-
-Attrs groupAttrs(plan::Group group) { return {{"group", plan::spelling(group).str()}}; }
-Attrs groupDimAttrs(plan::Group group, int64_t dim) {
-  return {{"group", plan::spelling(group).str()}, {"dim", dim}};
-}
-const Attrs linearAttrs = {{"trans_a", false}, {"trans_b", true}};
-
-/// The activations a block's backward reads: the forward's, or their recomputed copies.
-struct BlockActivations {
-  std::string qkvNorm;   // ln1 as it leaves the norm (this rank's sequence part under SP)
-  std::string qkvInput;  // ln1, all-gathered under sequence parallelism
-  std::string q, k, v;   // attention inputs (rotated with RoPE)
-  std::string context;   // attention output
-  std::string stats;     // the attention's saved softmax: logsumexp rows or probabilities
-  RingAttention ring;    // context parallelism: the chunks and merged results of the ring
-  std::string residual;  // input of ln2
-  std::string mlpNorm;   // ln2 as it leaves the norm
-  std::string mlpInput;  // ln2, all-gathered under sequence parallelism
-  std::string mlpGate;   // SwiGLU only: the gate projection
-  std::string mlpHidden; // the up projection, input of the activation function
-  std::string mlpActivated;
-  bool recomputed = false; // computed in the backward (full recompute)
-};
-
-/// The tensors of a row-parallel layer named `prefix`: the matmul's product (partial over tp
-/// until reduced), the reduced sum and the output after the bias.
-struct RowNames {
-  std::string product, reduced, out;
-};
-
-class ChunkLowerer {
-public:
-  ChunkLowerer(const Job &job, int64_t virtualStage, int64_t tpRank, int64_t cpRank)
-      : job(job), virtualStage(virtualStage), tpRank(tpRank), cpRank(cpRank),
-        writer(job, result.chunk) {}
-
-  LoweredChunk run();
-
-private:
-  //===--- Tensors and ops ---------------------------------------------===//
-  std::string declare(const std::string &name, Shape shape, plan::DType dtype) {
-    return writer.declare(name, std::move(shape), dtype);
-  }
-  std::string activation(const std::string &name, int64_t rows, int64_t width) {
-    return writer.activation(name, rows, width);
-  }
-  std::string gradOf(const std::string &tensor) { return writer.gradOf(tensor); }
-  void emit(OpKind kind, std::vector<std::string> inputs, std::vector<std::string> outputs,
-            Attrs attrs = {}) {
-    writer.emit(kind, std::move(inputs), std::move(outputs), std::move(attrs));
-  }
-  std::string param(const std::string &prefix, llvm::StringRef leaf) const {
-    return prefix + "." + leaf.str();
-  }
-
-  //===--- Tensor-parallel pieces ----------------------------------------===//
-  /// A norm over `x` with the parameters of `prefix`; returns its output as column-parallel
-  /// layers read it (all-gathered along the sequence under sequence parallelism). `normOut`
-  /// gets the norm's own output.
-  std::string normForward(const std::string &x, const std::string &prefix, llvm::StringRef sfx,
-                          std::string *normOut = nullptr);
-  /// Under sequence parallelism, the backward of a column-parallel layer gathers its input
-  /// again from the norm's sequence part, as Megatron-LM does, so that the forward keeps only
-  /// that part; returns the tensor to read.
-  std::string regathered(const std::string &normOut, const std::string &gathered,
-                         bool recomputed = false);
-  void normBackward(const std::string &x, const std::string &prefix, const std::string &dy,
-                    const std::string &dx);
-  /// Where column-parallel layers write the gradient of norm output `normOut`: a partial sum
-  /// over tp that reduceColumnInputGrad completes into normOut.grad.
-  std::string columnInputGrad(const std::string &normOut);
-  void reduceColumnInputGrad(const std::string &normOut);
-  std::string columnForward(const std::string &input, const std::string &prefix, int64_t width,
-                            bool bias, llvm::StringRef sfx);
-  /// dBias empty: the layer has no bias.
-  void columnBackward(const std::string &input, const std::string &prefix,
-                      const std::string &dInput, const std::string &dWeight,
-                      const std::string &dBias);
-  RowNames rowNames(const std::string &prefix, llvm::StringRef sfx) const;
-  std::string rowForward(const std::string &input, const std::string &prefix, llvm::StringRef sfx);
-  /// Returns the gradient of the layer's input, named after `inputName`.
-  std::string rowBackward(const std::string &input, const std::string &inputName,
-                          const std::string &prefix);
-  /// A key/value projection shared by several tp ranks (kv_heads < tp): each computes a
-  /// partial gradient; all-gather them over tp and add those of the ranks sharing the head.
-  std::string sharedGradTarget(const std::string &param, const Shape &shape, const BlockDims &dims);
-  void sumSharedGrad(const std::string &param, const Shape &shape, const BlockDims &dims);
-
-  //===--- Model parts ----------------------------------------------------===//
-  std::string embeddingForward();
-  void embeddingBackward();
-  BlockActivations blockForward(int64_t block, const std::string &x, llvm::StringRef sfx,
-                                bool forRecompute);
-  void blockBackward(int64_t block, const std::string &x, const BlockActivations &saved);
-  Attrs normAttrs() const { return {{"eps", job.program.model.normEps}}; }
-  Attrs ropeAttrs(int64_t heads) const {
-    return lower::ropeAttrs(heads, 0, job.program.model.ropeTheta);
-  }
-  Attrs attentionAttrs(const BlockDims &dims) const {
-    return {{"causal", true},
-            {"flash", job.program.model.attention == Attention::Flash},
-            {"heads", dims.localHeads},
-            {"kv_heads", dims.localKvHeads}};
-  }
-  /// The attention's saved softmax for its backward: FlashAttention keeps the logsumexp of
-  /// each row in fp32, standard attention the probabilities.
-  std::string attentionStats(const std::string &name, const BlockDims &dims) {
-    if (job.program.model.attention == Attention::Flash)
-      return declare(name, {job.microBatch, dims.localHeads, job.seq}, plan::DType::FP32);
-    return declare(name, {job.microBatch, dims.localHeads, job.seq, job.seq}, job.dtype);
-  }
-  RingSite ringSite(int64_t block, const BlockDims &dims) const {
-    return RingSite{job,           block,         cpRank, dims.localHeads, dims.localKvHeads,
-                    dims.headDim, job.program.model.position == Position::RoPE};
-  }
-  void headForward(const std::string &y);
-  void headBackward(const std::string &y);
-  /// The first row of the vocabulary this rank's embedding and head shards hold.
-  int64_t vocabOffset() const { return tpRank * (job.paddedVocab / job.tp); }
-  /// The loss sees the vocabulary's real entries only: the padding's logits are left out.
-  Attrs lossAttrs() const {
-    Attrs attrs = groupAttrs(plan::Group::TP);
-    attrs["vocab"] = job.program.model.vocab;
-    attrs["vocab_offset"] = vocabOffset();
-    return attrs;
-  }
-  std::string headWeight() const { return (job.tiedHead ? WordEmbedding : HeadWeight).str(); }
-
-  const Job &job;
-  int64_t virtualStage, tpRank, cpRank;
-  LoweredChunk result;
-  OpWriter writer;
-  std::string headInput; // the final norm's output as the head's matmul reads it
-  std::string headNorm;  // the final norm's own output
-};
 
 std::string ChunkLowerer::normForward(const std::string &x, const std::string &prefix,
                                       llvm::StringRef sfx, std::string *normOut) {
@@ -440,40 +299,36 @@ BlockActivations ChunkLowerer::blockForward(int64_t block, const std::string &x,
   a.residual = activation(name("res1"), job.seqRows(), job.hidden);
   emit(OpKind::ResidualAdd, {x, attnOut}, {a.residual});
   a.mlpInput = normForward(a.residual, blockName(block, "ln2"), sfx, &a.mlpNorm);
-  bool swiglu = dims.mlp == MLPKind::SwiGLU;
-  if (swiglu)
-    a.mlpGate =
-        columnForward(a.mlpInput, blockName(block, "mlp.gate"), dims.localFfn, job.biases, sfx);
-  a.mlpHidden =
-      columnForward(a.mlpInput, blockName(block, "mlp.up"), dims.localFfn, job.biases, sfx);
-  a.mlpActivated = activation(name("mlp.act"), job.seq, dims.localFfn);
-  if (swiglu)
-    emit(OpKind::SwiGLU, {a.mlpGate, a.mlpHidden}, {a.mlpActivated});
-  else
-    emit(OpKind::GELU, {a.mlpHidden}, {a.mlpActivated});
-  // No backward op reads the down projection's output or the block's, so a recompute stops
-  // at the activation function.
+  std::string mlpOut;
+  if (dims.moe.enabled()) {
+    mlpOut = moeForward(block, dims, a, sfx, forRecompute);
+  } else {
+    bool swiglu = dims.mlp == MLPKind::SwiGLU;
+    if (swiglu)
+      a.mlpGate =
+          columnForward(a.mlpInput, blockName(block, "mlp.gate"), dims.localFfn, job.biases, sfx);
+    a.mlpHidden =
+        columnForward(a.mlpInput, blockName(block, "mlp.up"), dims.localFfn, job.biases, sfx);
+    a.mlpActivated = activation(name("mlp.act"), job.seq, dims.localFfn);
+    if (swiglu)
+      emit(OpKind::SwiGLU, {a.mlpGate, a.mlpHidden}, {a.mlpActivated});
+    else
+      emit(OpKind::GELU, {a.mlpHidden}, {a.mlpActivated});
+    // No backward op reads the down projection's output or the block's, so a recompute stops
+    // at the activation function.
+    if (!forRecompute)
+      mlpOut = rowForward(a.mlpActivated, blockName(block, "mlp.down"), sfx);
+  }
   if (forRecompute)
     return a;
-  std::string mlpOut = rowForward(a.mlpActivated, blockName(block, "mlp.down"), sfx);
   emit(OpKind::ResidualAdd, {a.residual, mlpOut},
        {activation(name("out"), job.seqRows(), job.hidden)});
   return a;
 }
 
-void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
-                                 const BlockActivations &saved) {
-  BlockDims dims(job, block, tpRank);
+void ChunkLowerer::denseMLPBackward(int64_t block, const BlockDims &dims,
+                                    const BlockActivations &saved) {
   auto name = [&](llvm::StringRef leaf) { return blockName(block, leaf); };
-  auto partOf = [&](const std::string &grad, llvm::StringRef part) {
-    return activation(grad + "." + part.str(), job.seqRows(), job.hidden);
-  };
-  bool rope = job.program.model.position == Position::RoPE;
-
-  // MLP half: out = res1 + down(act(up(ln2(res1)))).
-  std::string dResidual = plan::gradName(name("res1"));
-  emit(OpKind::ResidualAddBwd, {plan::gradName(name("out"))},
-       {partOf(dResidual, "skip"), gradOf(name("mlp.down"))});
   std::string dActivated = rowBackward(saved.mlpActivated, name("mlp.act"), name("mlp.down"));
   std::string mlpInput;
   auto mlpColumnBackward = [&](llvm::StringRef layer, const std::string &dInput) {
@@ -499,6 +354,26 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
     mlpInput = regathered(saved.mlpNorm, saved.mlpInput, saved.recomputed);
     mlpColumnBackward("mlp.up", columnInputGrad(name("ln2")));
   }
+}
+
+void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
+                                 const BlockActivations &saved) {
+  BlockDims dims(job, block, tpRank);
+  auto name = [&](llvm::StringRef leaf) { return blockName(block, leaf); };
+  auto partOf = [&](const std::string &grad, llvm::StringRef part) {
+    return activation(grad + "." + part.str(), job.seqRows(), job.hidden);
+  };
+  bool rope = job.program.model.position == Position::RoPE;
+
+  // MLP half: out = res1 + mlp(ln2(res1)).
+  std::string dResidual = plan::gradName(name("res1"));
+  std::string mlpOut = mlpOutputName(block, dims);
+  emit(OpKind::ResidualAddBwd, {plan::gradName(name("out"))},
+       {partOf(dResidual, "skip"), gradOf(mlpOut)});
+  if (dims.moe.enabled())
+    moeBackward(block, dims, saved, plan::gradName(mlpOut));
+  else
+    denseMLPBackward(block, dims, saved);
   reduceColumnInputGrad(name("ln2"));
   normBackward(saved.residual, name("ln2"), plan::gradName(name("ln2")), partOf(dResidual, "norm"));
   emit(OpKind::ResidualAdd, {dResidual + ".skip", dResidual + ".norm"}, {gradOf(name("res1"))});
@@ -563,6 +438,7 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
   emit(OpKind::ResidualAdd, {dInput + ".skip", dInput + ".norm"}, {gradOf(x)});
 }
 
+namespace {
 /// ZeroPolicy.h's units of `params` (in chunk order), listed as the backward finishes them.
 std::vector<LoweredUnit> groupUnits(const std::vector<plan::ParamShard> &params) {
   std::vector<LoweredUnit> units;
@@ -579,6 +455,8 @@ std::vector<LoweredUnit> groupUnits(const std::vector<plan::ParamShard> &params)
       unit.kind = ParamUnitKind::FinalNorm;
     else if (!name.consume_front("block.") || name.consumeInteger(10, unit.block))
       llvm_unreachable("a parameter outside every ZeRO unit");
+    else if (name.startswith(".moe.experts."))
+      unit.kind = ParamUnitKind::Experts;
     // The tied embedding's copy beside the head is the last stage's head unit.
     if (unit.kind == ParamUnitKind::WordEmbedding && !units.empty())
       unit.kind = ParamUnitKind::Head;
@@ -593,6 +471,8 @@ std::vector<LoweredUnit> groupUnits(const std::vector<plan::ParamShard> &params)
   std::reverse(units.begin(), units.end());
   return units;
 }
+
+} // namespace
 
 LoweredChunk ChunkLowerer::run() {
   plan::Chunk &chunk = result.chunk;
@@ -655,8 +535,6 @@ LoweredChunk ChunkLowerer::run() {
     embeddingBackward();
   return std::move(result);
 }
-
-} // namespace
 
 LoweredChunk lowerChunk(const Job &job, int64_t virtualStage, int64_t tpRank, int64_t cpRank) {
   return ChunkLowerer(job, virtualStage, tpRank, cpRank).run();

@@ -75,6 +75,7 @@ struct BlockDims {
 
   int64_t heads, kvHeads, headDim, ffn;
   MLPKind mlp;
+  MoESpec moe; // experts = 0: a dense MLP
   int64_t localHeads, localKvHeads, localFfn;
   /// tp ranks that share one key/value head when kv_heads < tp, else 1.
   int64_t kvReplicas;

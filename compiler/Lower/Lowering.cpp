@@ -229,7 +229,37 @@ bool usesMLP(const ModelSpec &model, MLPKind kind) {
 }
 } // namespace
 
-bool checkLowerable(const Program &program, DiagnosticEngine &diags) {
+namespace {
+/// Mixture-of-experts blocks are lowered on one expert-parallel rank, without tensor or
+/// context parallelism, dropless; anything else is checked and estimated but not run.
+bool checkMoELowerable(const LayerGroup &g, const Mapping &mapping, DiagnosticEngine &diags) {
+  const struct {
+    bool refused;
+    const char *what;
+  } refusals[] = {
+      {mapping.ep > 1, "expert parallelism (ep > 1): parrun has no token all-to-all yet; set "
+                       "'ep = 1'"},
+      {mapping.tp > 1, "tensor parallelism (tp > 1): expert tensor parallelism is not lowered "
+                       "yet; set 'tp = 1'"},
+      {mapping.cp > 1, "context parallelism (cp > 1): the router's load-balancing loss would "
+                       "see part of each sequence; set 'cp = 1'"},
+      {!g.moe.dropless(), "a capacity factor: parrun routes dropless only; leave 'capacity' "
+                          "unset"},
+  };
+  bool ok = true;
+  for (const auto &r : refusals)
+    if (r.refused) {
+      diags.error(g.range, "layer '" + g.name + "' has a mixture-of-experts MLP (" +
+                               std::to_string(g.moe.experts) +
+                               " experts), which is checked and estimated but not run with " +
+                               r.what);
+      ok = false;
+    }
+  return ok;
+}
+} // namespace
+
+bool checkLowerable(const Program &program, const Mapping &mapping, DiagnosticEngine &diags) {
   const ModelSpec &m = program.model;
   bool gelu = usesMLP(m, MLPKind::GELU) || usesMLP(m, MLPKind::GeGLU);
   // What the language describes (for estimates and exports) but parrun does not run.
@@ -262,17 +292,9 @@ bool checkLowerable(const Program &program, DiagnosticEngine &diags) {
       diags.error(program.rangeOf(std::string("model.") + r.field, m.nameRange), r.why);
       ok = false;
     }
-  // Mixture-of-experts blocks are checked, estimated and searched; their op lists (router,
-  // token all-to-all, expert GEMMs) are not lowered yet, so no plan may pretend to run them.
   for (const LayerGroup &g : m.layers)
-    if (g.kind == LayerGroup::Transformer && g.moe.enabled()) {
-      diags.error(g.range, "layer '" + g.name + "' has a mixture-of-experts MLP (" +
-                               std::to_string(g.moe.experts) +
-                               " experts), which is checked and estimated but not run: "
-                               "parrun has no router, token all-to-all or expert kernels yet; "
-                               "plans need dense layers (experts = 0)");
+    if (g.kind == LayerGroup::Transformer && g.moe.enabled() && !checkMoELowerable(g, mapping, diags))
       ok = false;
-    }
   return ok;
 }
 

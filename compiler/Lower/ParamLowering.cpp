@@ -77,6 +77,7 @@ BlockDims::BlockDims(const Job &job, int64_t block, int64_t tpRank) {
   headDim = parc::headDim(job.program.model, group);
   ffn = group.ffn;
   mlp = group.mlp;
+  moe = group.moe;
   localHeads = heads / job.tp;
   localFfn = ffn / job.tp;
   kvReplicas = kvHeads < job.tp ? job.tp / kvHeads : 1;
@@ -173,6 +174,29 @@ void addWordEmbedding(const Job &job, int64_t tpRank, bool countsInGradNorm,
              tpRank * rows, rows, vocabInit(job), countsInGradNorm);
 }
 
+/// A MoE block's MLP (MemoryModel's blockParams): the router [experts, hidden] without a
+/// bias, the shared experts as a dense MLP of shared_experts x moe_ffn columns, then the
+/// experts stacked [experts, out, in] without biases, last so that they form a ZeRO unit of
+/// their own. Only lowered with tp = ep = 1 (checkLowerable), where every shard is whole.
+void addMoEParams(const Job &job, int64_t block, const BlockDims &dims, ShardBuilder &shards) {
+  const int64_t h = job.hidden, e = dims.moe.experts, f = dims.moe.ffn;
+  shards.replicated(blockName(block, "moe.router.weight"), {e, h}, ShardBuilder::normal(InitStd));
+  if (int64_t shared = dims.moe.sharedFfn()) {
+    if (isGated(dims.mlp))
+      shards.column(blockName(block, "moe.shared.gate"), shared, h, 0, shared, job.biases);
+    shards.column(blockName(block, "moe.shared.up"), shared, h, 0, shared, job.biases);
+    shards.row(blockName(block, "moe.shared.down"), h, shared, 0, shared);
+  }
+  auto experts = [&](llvm::StringRef leaf, std::vector<int64_t> shape, double std) {
+    shards.replicated(blockName(block, "moe.experts." + leaf.str() + ".weight"), std::move(shape),
+                      ShardBuilder::normal(std));
+  };
+  if (isGated(dims.mlp))
+    experts("gate", {e, f, h}, InitStd);
+  experts("up", {e, f, h}, InitStd);
+  experts("down", {e, h, f}, InitStd / std::sqrt(2.0 * double(job.layers)));
+}
+
 } // namespace
 
 void addEmbeddingParams(const Job &job, int64_t tpRank, std::vector<plan::ParamShard> &out) {
@@ -199,6 +223,10 @@ void addBlockParams(const Job &job, int64_t block, int64_t tpRank,
   shards.row(blockName(block, "attn.proj"), h, dims.heads * d, tpRank * dims.localHeads * d,
              dims.localHeads * d);
   shards.norm(blockName(block, "ln2"));
+  if (dims.moe.enabled()) {
+    addMoEParams(job, block, dims, shards);
+    return;
+  }
   if (isGated(dims.mlp))
     shards.column(blockName(block, "mlp.gate"), dims.ffn, h, tpRank * dims.localFfn,
                   dims.localFfn, job.biases);

@@ -398,7 +398,7 @@ int compile(int argc, char **argv) {
     return exportJob(*program, *mapping, diags);
   bool lowers = rankToPrint.getNumOccurrences() || emitKind == EmitKind::PlanText ||
                 (emitKind == EmitKind::Summary && !outputPath.empty());
-  if (lowers && !checkLowerable(*program, diags))
+  if (lowers && !checkLowerable(*program, *mapping, diags))
     return diags.exitCode();
   if (rankToPrint.getNumOccurrences() || emitKind == EmitKind::PlanText)
     return printRankPlan(*program, *mapping);

@@ -90,8 +90,15 @@ ArrayRef<StringLiteral> spellings(OpKind) {
                                             "concat",
                                             "attention_block",
                                             "attention_merge",
-                                            "attention_block_bwd"};
-  static_assert(std::size(names) == size_t(OpKind::AttentionBlockBwd) + 1);
+                                            "attention_block_bwd",
+                                            "moe_dispatch",
+                                            "expert_matmul",
+                                            "moe_combine",
+                                            "moe_dispatch_bwd",
+                                            "expert_matmul_bwd",
+                                            "moe_combine_bwd",
+                                            "moe_aux_loss_bwd"};
+  static_assert(std::size(names) == size_t(OpKind::MoeAuxLossBwd) + 1);
   return names;
 }
 ArrayRef<StringLiteral> spellings(InstrKind) {
@@ -159,6 +166,13 @@ constexpr AttrSpec groupDimAttrs[] = {{"group", AttrType::Group}, {"dim", AttrTy
 constexpr AttrSpec lossAttrs[] = {
     {"group", AttrType::Group}, {"vocab", AttrType::Int}, {"vocab_offset", AttrType::Int}};
 
+/// The router's choice; normalize: the top-k weights divided by their sum.
+constexpr AttrSpec routeAttrs[] = {{"top_k", AttrType::Int}};
+constexpr AttrSpec combineAttrs[] = {{"top_k", AttrType::Int}, {"normalize", AttrType::Bool}};
+/// aux_loss: the coefficient; scale: what the loss's gradient is seeded with (1 / microbatches).
+constexpr AttrSpec auxLossAttrs[] = {
+    {"top_k", AttrType::Int}, {"aux_loss", AttrType::Number}, {"scale", AttrType::Number}};
+
 constexpr int many = OpInfo::AtLeastTwo;
 } // namespace
 
@@ -201,8 +215,15 @@ const OpInfo &opInfo(OpKind kind) {
       {3, 2, false, blockAttrs, "vvv", "vv"},        // attention_block: q, k, v -> y, lse
       {4, 2, false, {}, "vvvv", "vv"},               // attention_merge: y1, lse1, y2, lse2 -> y, lse
       {6, 3, true, blockAttrs, "vvvvvg", "012"},     // attention_block_bwd: q, k, v, y, lse, dy -> dq, dk, dv
+      {2, 1, false, routeAttrs, "vv", "v"},          // moe_dispatch: x, logits -> rows
+      {3, 1, false, routeAttrs, "vvp", "v"},         // expert_matmul: rows, logits, weight -> y
+      {2, 1, false, combineAttrs, "vv", "v"},        // moe_combine: y, logits -> out
+      {2, 1, true, routeAttrs, "gv", "g"},           // moe_dispatch_bwd: drows, logits -> dx
+      {4, 2, true, routeAttrs, "vvpg", "02"},        // expert_matmul_bwd: rows, logits, weight, dy -> drows, dweight
+      {3, 2, true, combineAttrs, "vvg", "01"},       // moe_combine_bwd: y, logits, dout -> dy, dlogits
+      {1, 1, true, auxLossAttrs, "v", "0"},          // moe_aux_loss_bwd: logits -> dlogits
   };
-  static_assert(std::size(table) == size_t(OpKind::AttentionBlockBwd) + 1);
+  static_assert(std::size(table) == size_t(OpKind::MoeAuxLossBwd) + 1);
   return table[static_cast<size_t>(kind)];
 }
 

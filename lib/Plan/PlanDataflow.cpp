@@ -218,6 +218,13 @@ void ChunkFlow::checkAttrs(const Op &op, llvm::function_ref<std::string()> opPat
     } else if (name == "heads" || name == "kv_heads") {
       if (op.intAttr(name) < 1)
         ctx.fail(attrPath(), "must be at least 1, got " + Twine(op.intAttr(name)));
+    } else if (name == "top_k") {
+      if (op.intAttr(name) < 1)
+        ctx.fail(attrPath(), "must be at least 1, got " + Twine(op.intAttr(name)));
+    } else if (name == "aux_loss" || name == "scale") {
+      double value = op.numberAttr(name);
+      if (!(value >= 0 && std::isfinite(value)))
+        ctx.fail(attrPath(), "must be finite and not negative, got " + numberText(value));
     } else if (name == "eps" || name == "theta") {
       double value = op.numberAttr(name);
       if (!(value > 0 && std::isfinite(value)))

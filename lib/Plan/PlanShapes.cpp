@@ -104,6 +104,9 @@ private:
   void split(Side whole, Side parts);
   void gatherOrScatter(bool gather);
   void allSame(ArrayRef<std::pair<Side, size_t>> operands);
+  std::optional<int64_t> routedRows(size_t logits);
+  bool tokenRows(Side side, size_t i, int64_t rows, int64_t width);
+  void moe();
 
   ReadContext &ctx;
   const RankPlan &plan;
@@ -342,6 +345,80 @@ void ShapeRules::gatherOrScatter(bool gather) {
          Twine(gather ? "the group's parts" : "one member's part") + " along dim " + Twine(d));
 }
 
+/// The router's logits [seq, batch, experts] as input `logits`: the rows their top_k
+/// choices send to the experts, seq x batch x top_k.
+std::optional<int64_t> ShapeRules::routedRows(size_t logits) {
+  if (!rank(In, logits, 3, "[seq, batch, experts] (the router's logits)"))
+    return std::nullopt;
+  int64_t topK = op.intAttr("top_k");
+  if (topK > dim(In, logits, 2)) {
+    attrFail("top_k", Twine(topK) + " choices among the " + Twine(dim(In, logits, 2)) +
+                          " experts of '" + inputs[logits].name + "'");
+    return std::nullopt;
+  }
+  std::optional<int64_t> tokens = checkedMul(dim(In, logits, 0), dim(In, logits, 1));
+  std::optional<int64_t> rows = tokens ? checkedMul(*tokens, topK) : std::nullopt;
+  if (!rows)
+    fail(In, logits, "its tokens times top_k overflow");
+  return rows;
+}
+
+/// [rows, width]: rows of the tokens as the experts see them.
+bool ShapeRules::tokenRows(Side side, size_t i, int64_t rows, int64_t width) {
+  return expect(side, i, {rows, width}, "[seq x batch x top_k, features] of the routed tokens");
+}
+
+/// The mixture-of-experts ops: x and out [seq, batch, hidden] like the logits' tokens, the
+/// routed rows [seq x batch x top_k, features], an expert weight [experts, out, in].
+void ShapeRules::moe() {
+  size_t logits = op.kind == OpKind::MoeAuxLossBwd ? 0 : 1;
+  std::optional<int64_t> rows = routedRows(logits);
+  if (!rows)
+    return;
+  auto tokens = [&](Side side, size_t i, int64_t width) {
+    return expect(side, i, {dim(In, logits, 0), dim(In, logits, 1), width},
+                  "[seq, batch, features] of the logits' tokens");
+  };
+  auto rowsOf = [&](Side side, size_t i) {
+    return rank(side, i, 2, "[rows, features]") && tokenRows(side, i, *rows, dim(side, i, 1));
+  };
+  switch (op.kind) {
+  case OpKind::MoeDispatch:
+    if (rank(In, 0, 3, "[seq, batch, hidden]") && tokens(In, 0, dim(In, 0, 2)))
+      tokenRows(Out, 0, *rows, dim(In, 0, 2));
+    return;
+  case OpKind::MoeDispatchBwd:
+  case OpKind::MoeCombine:
+    if (rowsOf(In, 0))
+      tokens(Out, 0, dim(In, 0, 1));
+    return;
+  case OpKind::ExpertMatMul:
+  case OpKind::ExpertMatMulBwd: {
+    if (!rowsOf(In, 0) || !rank(In, 2, 3, "[experts, out, in]"))
+      return;
+    Shape weight = {dim(In, logits, 2), shape(In, 2)[1], dim(In, 0, 1)};
+    if (!expect(In, 2, weight, "[experts, out, in] of the logits' experts and the rows' features"))
+      return;
+    if (op.kind == OpKind::ExpertMatMul) {
+      tokenRows(Out, 0, *rows, weight[1]);
+      return;
+    }
+    if (tokenRows(In, 3, *rows, weight[1]) && same(Out, 0, In, 0))
+      same(Out, 1, In, 2);
+    return;
+  }
+  case OpKind::MoeCombineBwd:
+    if (rowsOf(In, 0) && tokens(In, 2, dim(In, 0, 1)) && same(Out, 0, In, 0))
+      same(Out, 1, In, 1);
+    return;
+  case OpKind::MoeAuxLossBwd:
+    same(Out, 0, In, 0);
+    return;
+  default:
+    return;
+  }
+}
+
 void ShapeRules::check() {
   switch (op.kind) {
   case OpKind::Embedding:
@@ -422,6 +499,14 @@ void ShapeRules::check() {
     return attentionBlock(op.kind == OpKind::AttentionBlockBwd);
   case OpKind::AttentionMerge:
     return attentionMerge();
+  case OpKind::MoeDispatch:
+  case OpKind::ExpertMatMul:
+  case OpKind::MoeCombine:
+  case OpKind::MoeDispatchBwd:
+  case OpKind::ExpertMatMulBwd:
+  case OpKind::MoeCombineBwd:
+  case OpKind::MoeAuxLossBwd:
+    return moe();
   }
 }
 

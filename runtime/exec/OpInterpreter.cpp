@@ -216,6 +216,14 @@ template <typename D> void OpInterpreter<D>::execute(Context &ctx) {
   case OpKind::CrossEntropy:
   case OpKind::CrossEntropyBwd:
     return executeLoss(ctx);
+  case OpKind::MoeDispatch:
+  case OpKind::ExpertMatMul:
+  case OpKind::MoeCombine:
+  case OpKind::MoeDispatchBwd:
+  case OpKind::ExpertMatMulBwd:
+  case OpKind::MoeCombineBwd:
+  case OpKind::MoeAuxLossBwd:
+    return executeMoE(ctx);
   default:
     if (plan::opInfo(ctx.op.kind).backwardOnly)
       return executeBackward(ctx);

@@ -34,9 +34,10 @@ namespace parc {
 
 /// Reports, at the field, what a job may describe for its estimates but the plans cannot
 /// express (dropout: parrun has no random masks; GeGLU, tanh GELU, parallel residuals, partial
-/// rotary embeddings, embedding scaling: no kernels or lowering). Returns true when the job
-/// can be lowered.
-bool checkLowerable(const Program &program, DiagnosticEngine &diags);
+/// rotary embeddings, embedding scaling: no kernels or lowering; mixture-of-experts blocks
+/// under tensor, context or expert parallelism, or with a capacity factor: not lowered yet).
+/// Returns true when the job can be lowered.
+bool checkLowerable(const Program &program, const Mapping &mapping, DiagnosticEngine &diags);
 
 /// The plan id of a job. Every rank plan is a pure function of the job description (model,
 /// cluster, mapping, training settings, format version) and its rank, so hashing that

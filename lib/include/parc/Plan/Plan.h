@@ -88,6 +88,15 @@ enum class OpKind {
   AttentionBlock,    // forward: one query chunk against one key/value block, with logsumexp
   AttentionMerge,    // forward: two partial attentions of the same queries, merged
   AttentionBlockBwd, // backward of attention_block from the merged output and logsumexp
+  // Mixture of experts. Every op routes from the router's logits [seq, batch, experts] itself
+  // (softmax, top_k, the lower expert first on a tie), so no routing table travels between ops.
+  MoeDispatch,     // forward: tokens' rows copied to their experts, grouped by expert
+  ExpertMatMul,    // forward: each expert's rows times its weight
+  MoeCombine,      // forward: each token's expert rows summed, weighted by the router
+  MoeDispatchBwd,  // backward of moe_dispatch
+  ExpertMatMulBwd, // backward of expert_matmul
+  MoeCombineBwd,   // backward of moe_combine: the rows' and the logits' gradients
+  MoeAuxLossBwd,   // backward: the load-balancing loss's gradient of the logits
 };
 
 enum class InstrKind {

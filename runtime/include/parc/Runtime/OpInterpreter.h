@@ -16,6 +16,7 @@
 #define PARC_RUNTIME_OPINTERPRETER_H
 
 #include "parc/Plan/Plan.h"
+#include "parc/Runtime/MoEKernels.h"
 #include "parc/Runtime/Buffer.h"
 #include "parc/Runtime/Communicator.h"
 #include "parc/Runtime/ParamStore.h"
@@ -101,6 +102,10 @@ private:
   void executeLoss(Context &ctx);
   /// Ring attention's blocks, merge and block backward (OpRing.cpp).
   void executeRingAttention(Context &ctx);
+  /// The mixture-of-experts ops (OpMoE.cpp); expertMatMul runs expert_matmul and its
+  /// backward with the routing of their logits.
+  void executeMoE(Context &ctx);
+  void expertMatMul(Context &ctx, const cpu::MoERouting &routing);
   /// The send and recv ops [first, last) of `ops`, posted together as one exchange with the
   /// cp group's members (OpRing.cpp). Message n from one rank to another within a run has tag
   /// n on both sides.
