@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "GradCheck.h"
 #include "RandomValues.h"
 #include "parc/Runtime/Kernels.h"
 
@@ -24,46 +25,11 @@ namespace {
 
 using Vec = std::vector<double>;
 
+using parc::test::dot;
+using parc::test::minus;
+using parc::test::numericGradient;
 using parc::test::randomVec;
-
-double dot(const Vec &a, const Vec &b) {
-  double sum = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    sum += a[i] * b[i];
-  return sum;
-}
-
-/// d loss / d x by central differences, one element of x at a time.
-Vec numericGradient(const std::function<double()> &loss, Vec &x, double h = 1e-5) {
-  Vec grad(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    double saved = x[i];
-    x[i] = saved + h;
-    double plus = loss();
-    x[i] = saved - h;
-    double minus = loss();
-    x[i] = saved;
-    grad[i] = (plus - minus) / (2 * h);
-  }
-  return grad;
-}
-
-/// max |analytic - numeric| relative to the largest numeric component.
-double relativeError(const Vec &analytic, const Vec &numeric) {
-  double error = 0, scale = 0;
-  for (size_t i = 0; i < numeric.size(); ++i) {
-    error = std::max(error, std::abs(analytic[i] - numeric[i]));
-    scale = std::max(scale, std::abs(numeric[i]));
-  }
-  return error / scale;
-}
-
-Vec minus(const Vec &a, const Vec &b) {
-  Vec d(a.size());
-  for (size_t i = 0; i < a.size(); ++i)
-    d[i] = a[i] - b[i];
-  return d;
-}
+using parc::test::relativeError;
 
 constexpr double gradTolerance = 1e-6;
 
