@@ -122,6 +122,11 @@ GRAD_BUCKET_ARGS = ["--grad-bucket-mb", "0.001"]
 VARIANTS = {
     "qwen": "  bias = qkv\n  head_dim = 24\n  rope_theta = 1e6\n  norm_eps = 1e-6\n",
     "gpt2": "  head_dim = 8\n  max_positions = 48\n",
+    # Mixture of experts on every block (ep = 1): 4 experts, 2 per token, the load-balancing
+    # loss; and with a shared expert and top-k weights left unnormalised.
+    "moe": "  experts = 4\n  top_k = 2\n  moe_ffn = 2 * hidden\n  aux_loss = 0.01\n",
+    "moe-shared": "  experts = 4\n  top_k = 2\n  moe_ffn = hidden\n  shared_experts = 1\n"
+                  "  normalize_top_k = false\n  aux_loss = 0.1\n",
 }
 
 
@@ -294,6 +299,17 @@ def build_cases(with_mpi):
         Case(1, 1, 1, "1f1b", kv_heads=2, precision="fp32", llama=True, cp=4),
         Case(1, 2, 2, "1f1b", 1, "selective", precision="fp32", cp=2),
     ]
+    # Mixture-of-experts blocks on one expert-parallel rank beside pp and dp (the experts'
+    # gradients reduced over dp, their ZeRO buckets apart), recompute, GELU and SwiGLU experts.
+    cases += [
+        Case(1, 1, 2, "1f1b", variant="moe"),
+        Case(1, 2, 1, "1f1b", variant="moe"),
+        Case(1, 2, 2, "interleaved", 1, variant="moe"),
+        Case(1, 1, 2, "1f1b", 3, "full", variant="moe-shared"),
+        Case(1, 2, 1, "gpipe", 0, "selective", llama=True, variant="moe-shared"),
+        Case(1, 2, 2, "1f1b", 2, "full", llama=True, variant="moe"),
+        Case(1, 1, 2, "1f1b", 1, precision="fp32", llama=True, variant="moe"),
+    ]
     if with_mpi:
         cases += [
             Case(2, 1, 1, "1f1b", 0, "selective", True, comm="mpi", cp=2),
@@ -303,6 +319,7 @@ def build_cases(with_mpi):
             Case(2, 2, 2, "1f1b", 1, "full", kv_heads=2, comm="mpi"),
             Case(4, 1, 2, "gpipe", 2, "none", True, comm="mpi"),
             Case(1, 4, 1, "1f1b", comm="mpi"),
+            Case(1, 2, 2, "1f1b", 1, llama=True, variant="moe", comm="mpi"),
         ]
     return cases
 
