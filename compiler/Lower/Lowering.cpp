@@ -231,28 +231,40 @@ bool usesMLP(const ModelSpec &model, MLPKind kind) {
 
 namespace {
 /// Mixture-of-experts blocks are lowered on one expert-parallel rank, without tensor or
-/// context parallelism, dropless; anything else is checked and estimated but not run.
-bool checkMoELowerable(const LayerGroup &g, const Mapping &mapping, DiagnosticEngine &diags) {
+/// context parallelism, and dropless; other mappings are checked and estimated but not run.
+/// A refused axis is reported once, at its field, with a note at the first MoE layer.
+bool checkMoELowerable(const Program &program, const Mapping &mapping, DiagnosticEngine &diags) {
+  const ModelSpec &m = program.model;
+  auto first = llvm::find_if(m.layers, [](const LayerGroup &g) {
+    return g.kind == LayerGroup::Transformer && g.moe.enabled();
+  });
+  if (first == m.layers.end())
+    return true;
   const struct {
-    bool refused;
-    const char *what;
-  } refusals[] = {
-      {mapping.ep > 1, "expert parallelism (ep > 1): parrun has no token all-to-all yet; set "
-                       "'ep = 1'"},
-      {mapping.tp > 1, "tensor parallelism (tp > 1): expert tensor parallelism is not lowered "
-                       "yet; set 'tp = 1'"},
-      {mapping.cp > 1, "context parallelism (cp > 1): the router's load-balancing loss would "
-                       "see part of each sequence; set 'cp = 1'"},
-      {!g.moe.dropless(), "a capacity factor: parrun routes dropless only; leave 'capacity' "
-                          "unset"},
+    int64_t size;
+    const char *axis, *why;
+  } axes[] = {
+      {mapping.ep, "ep", "expert parallelism is not run yet: parrun has no token all-to-all"},
+      {mapping.tp, "tp", "expert tensor parallelism is not lowered yet"},
+      {mapping.cp, "cp", "under context parallelism the router's load-balancing loss would see "
+                         "part of each sequence"},
   };
   bool ok = true;
-  for (const auto &r : refusals)
-    if (r.refused) {
-      diags.error(g.range, "layer '" + g.name + "' has a mixture-of-experts MLP (" +
-                               std::to_string(g.moe.experts) +
-                               " experts), which is checked and estimated but not run with " +
-                               r.what);
+  for (const auto &a : axes)
+    if (a.size > 1) {
+      diags.error(program.rangeOf(std::string("parallel.") + a.axis, program.parallel.headerRange),
+                  std::string(a.axis) + " = " + std::to_string(a.size) +
+                      " cannot be planned for mixture-of-experts layers: " + a.why +
+                      "; plans of MoE models need " + a.axis + " = 1");
+      diags.note(first->range, "layer '" + first->name + "' has " +
+                                   std::to_string(first->moe.experts) + " experts");
+      ok = false;
+    }
+  for (const LayerGroup &g : m.layers)
+    if (g.kind == LayerGroup::Transformer && g.moe.enabled() && !g.moe.dropless()) {
+      diags.error(g.range, "layer '" + g.name + "' drops tokens past a capacity factor, which "
+                           "is estimated but not run: parrun routes dropless; leave 'capacity' "
+                           "unset to write plans");
       ok = false;
     }
   return ok;
@@ -292,10 +304,7 @@ bool checkLowerable(const Program &program, const Mapping &mapping, DiagnosticEn
       diags.error(program.rangeOf(std::string("model.") + r.field, m.nameRange), r.why);
       ok = false;
     }
-  for (const LayerGroup &g : m.layers)
-    if (g.kind == LayerGroup::Transformer && g.moe.enabled() && !checkMoELowerable(g, mapping, diags))
-      ok = false;
-  return ok;
+  return checkMoELowerable(program, mapping, diags) && ok;
 }
 
 std::string computeJobPlanId(const Program &program, const Mapping &mapping) {
