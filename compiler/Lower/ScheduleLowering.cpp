@@ -45,17 +45,25 @@ plan::InstrKind transferKind(PipeOpKind kind) {
 } // namespace
 
 namespace {
-/// The parameter lists of a chunk's ZeRO buckets, in the order the backward finishes them.
+/// The parameter lists of a chunk's ZeRO buckets, in the order the backward finishes them:
+/// the dense units' buckets, then the experts' (MemoryModel's two state families, each
+/// bucketed on its own).
 std::vector<std::vector<std::string>> bucketLists(const ZeroPolicy &policy,
                                                   const std::vector<LoweredUnit> &units) {
-  std::vector<ParamUnit> counts;
-  for (const LoweredUnit &unit : units)
-    counts.push_back(unit.unit);
   std::vector<std::vector<std::string>> lists;
-  for (const ZeroBucket &bucket : policy.buckets(counts)) {
-    std::vector<std::string> &names = lists.emplace_back();
-    for (size_t u = bucket.first; u < bucket.end; ++u)
-      names.insert(names.end(), units[u].params.begin(), units[u].params.end());
+  for (bool experts : {false, true}) {
+    std::vector<const LoweredUnit *> family;
+    std::vector<ParamUnit> counts;
+    for (const LoweredUnit &unit : units)
+      if ((unit.unit.kind == ParamUnitKind::Experts) == experts) {
+        family.push_back(&unit);
+        counts.push_back(unit.unit);
+      }
+    for (const ZeroBucket &bucket : policy.buckets(counts)) {
+      std::vector<std::string> &names = lists.emplace_back();
+      for (size_t u = bucket.first; u < bucket.end; ++u)
+        names.insert(names.end(), family[u]->params.begin(), family[u]->params.end());
+    }
   }
   return lists;
 }

@@ -131,6 +131,15 @@ double opFlops(const plan::Op &op, llvm::function_ref<std::vector<int64_t>(size_
     // The backward is two products of the forward's size: da and db.
     return (op.kind == OpKind::MatMul ? 2 : 4) * m * n * k;
   }
+  case OpKind::ExpertMatMul:
+  case OpKind::ExpertMatMulBwd: {
+    // Each row meets one expert's weight [out, in]: rows x out x in multiply-adds in all.
+    std::vector<int64_t> rows = inputShape(0), weight = inputShape(2);
+    if (rows.size() != 2 || weight.size() != 3)
+      return 0;
+    double products = double(rows[0]) * double(weight[1]) * double(weight[2]);
+    return (op.kind == OpKind::ExpertMatMul ? 2 : 4) * products;
+  }
   case OpKind::Attention:
   case OpKind::AttentionBwd: {
     std::vector<int64_t> q = inputShape(0);

@@ -66,6 +66,8 @@ struct Knobs {
   int blocks = 4, heads = 4, kvHeads = 4;
   bool llama = false; // rmsnorm, swiglu, rope, untied head
   int globalBatch = 16;
+  /// Model fields of a mixture of experts on every block but the first ("" for dense).
+  std::string moe;
 };
 
 std::string jobText(const Knobs &k) {
@@ -74,7 +76,11 @@ std::string jobText(const Knobs &k) {
                       "; ffn = 64\n";
   if (k.llama)
     model += "  norm = rmsnorm; mlp = swiglu; position = rope\n";
-  model += "  layer embed : embedding\n  layer block : transformer x " + std::to_string(k.blocks) +
+  model += k.moe;
+  model += "  layer embed : embedding\n";
+  if (!k.moe.empty())
+    model += "  layer dense : transformer(experts = 0) x 1\n";
+  model += "  layer block : transformer x " + std::to_string(k.blocks - !k.moe.empty()) +
            "\n  layer head : lm_head" + (k.llama ? "" : " tied(embed)") + "\n}\n";
   std::string cluster =
       "cluster c {\n  nodes = 1; gpus_per_node = " + std::to_string(k.tp * k.pp * k.dp) +
@@ -93,7 +99,7 @@ std::string describe(const Knobs &k) {
   return "tp " + std::to_string(k.tp) + " pp " + std::to_string(k.pp) + " dp " +
          std::to_string(k.dp) + " " + k.schedule + " zero " + std::to_string(k.zero) + " " +
          k.recompute + (k.sequenceParallel ? " sp" : "") + (k.llama ? " llama" : " gpt") + " kv " +
-         std::to_string(k.kvHeads);
+         std::to_string(k.kvHeads) + (k.moe.empty() ? "" : " moe");
 }
 
 /// Elements of each parameter this rank holds, as the memory model counts them.
@@ -133,15 +139,22 @@ std::vector<int64_t> partitionSizes(const plan::RankPlan &plan) {
   return sizes;
 }
 
-/// The buckets the ZeRO policy forms from the memory model's units of one stage.
+/// The buckets the ZeRO policy forms from the memory model's units of one stage: the dense
+/// units' and, apart, the experts'.
 std::vector<int64_t> modelBuckets(const Program &program, const Mapping &mapping,
                                   int64_t stage) {
   ZeroPolicy policy = zeroPolicy(program.parallel, mapping.dp);
+  ZeroPolicy expertPolicy = zeroPolicy(program.parallel, mapping.expertDp());
   std::vector<int64_t> sizes;
-  for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk)
+  for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
+    int64_t virtualStage = chunk * mapping.pp + stage;
     for (const ZeroBucket &bucket :
-         policy.buckets(virtualStageUnits(program.model, mapping, chunk * mapping.pp + stage)))
+         policy.buckets(virtualStageUnits(program.model, mapping, virtualStage)))
       sizes.push_back(bucket.elements);
+    for (const ZeroBucket &bucket :
+         expertPolicy.buckets(expertUnits(program.model, mapping, virtualStage)))
+      sizes.push_back(bucket.elements);
+  }
   std::sort(sizes.begin(), sizes.end());
   return sizes;
 }
@@ -209,6 +222,24 @@ TEST(Lowering, SweepOfSmallMappings) {
         }
       }
   EXPECT_GT(count, 100);
+}
+
+TEST(Lowering, MixtureOfExpertsShardsAndBucketsFollowTheMemoryModel) {
+  // The experts are ZeRO buckets of their own; with ep = 1 they are sharded over dp too.
+  for (int zero = 0; zero < 4; ++zero)
+    for (int pp : {1, 2})
+      for (bool llama : {false, true}) {
+        Knobs k;
+        k.tp = 1;
+        k.pp = pp;
+        k.zero = zero;
+        k.llama = llama;
+        k.recompute = zero % 2 ? "full" : "selective";
+        k.moe = "  experts = 4; top_k = 2; moe_ffn = 16; shared_experts = " +
+                std::to_string(zero % 2) + "\n";
+        SCOPED_TRACE(describe(k));
+        expectLowers(k);
+      }
 }
 
 TEST(Lowering, OneRankAloneEqualsItsPlanInTheSet) {
