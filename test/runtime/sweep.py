@@ -26,6 +26,7 @@ Cases (world = tp * pp * dp * cp <= 8, tp in {1,2,4}, pp in {1,2,4}, dp in {1,2}
   - ZeRO, recompute and sequence parallelism on the other mappings with tp > 1 and dp > 1;
   - context parallelism (cp 2 and 4) alone and with tp, pp, dp, ZeRO, recompute, sequence
     parallelism, grouped-query attention and rotary positions;
+  - mixture-of-experts blocks (ep 1) beside pp and dp, with ZeRO, recompute, shared experts;
   - a subset in fp32 (tolerance 1e-5);
   - with --mpirun, a subset as one process per rank under the launcher (--comm=mpi).
 
@@ -33,7 +34,7 @@ Prints one row per case and `N passed, M failed`; exits 1 when any case fails.
 
 The GPU sweep (scripts/gpu-check.sh) runs where there is no parc, so it is split in two.
 `--prepare DIR` plans the fp32 GPU subset (GPU_CASES: tp, pp under every schedule, dp, ZeRO
-1-3, recompute, sequence parallelism, grouped-query attention, Llama's block) and its single-rank references
+1-3, recompute, sequence parallelism, grouped-query attention, Llama's block, MoE) and its single-rank references
 into DIR with BIN_DIR's parc, with an index.json naming each case's reference.
 `--run-prepared DIR` trains every plan of DIR with PARRUN (its --parrun-args added, e.g.
 "--backend=cuda"; ranks as threads, --comm=local) and compares each case's per-step losses
@@ -357,6 +358,8 @@ GPU_CASES = [
     Case(1, 1, 1, "1f1b", precision="fp32", cp=2),
     Case(2, 1, 1, "1f1b", 0, "selective", kv_heads=2, precision="fp32", llama=True, cp=2),
     Case(1, 2, 1, "1f1b", 1, precision="fp32", cp=4),
+    # Mixture of experts: the router and the rows routed on the host, the expert GEMMs on the GPU.
+    Case(1, 1, 2, "1f1b", 1, precision="fp32", llama=True, variant="moe"),
 ]
 
 

@@ -321,3 +321,63 @@ TEST(Lowering, WholeJobCheckRejectsSchedulesThatDoNotFit) {
   });
   EXPECT_NE(embedding.find("meets rank"), std::string::npos) << embedding;
 }
+
+TEST(Lowering, VerifierHoldsMixtureOfExpertsOpsToTheirShapes) {
+  Knobs k;
+  k.tp = 1;
+  k.pp = 1;
+  k.dp = 1;
+  k.llama = true;
+  k.moe = "  experts = 4; top_k = 2; moe_ffn = 16\n";
+  Compiled job = compileText(jobText(k));
+  ASSERT_TRUE(job.mapping) << job.diagnostics;
+  auto plans = lowerAllRanks(*job.program, *job.mapping);
+  ASSERT_TRUE(static_cast<bool>(plans)) << llvm::toString(plans.takeError());
+  auto verdict = [&](const std::function<void(plan::Chunk &)> &edit) {
+    plan::RankPlan edited = plans->front();
+    edit(edited.chunks[0]);
+    llvm::Error error = plan::verifyRankPlan(edited);
+    return error ? llvm::toString(std::move(error)) : std::string("accepted");
+  };
+  auto opWriting = [](plan::Chunk &chunk, llvm::StringRef output) -> plan::Op & {
+    for (std::vector<plan::Op> *ops : {&chunk.forward, &chunk.backward})
+      for (plan::Op &op : *ops)
+        if (op.outputs.front() == output)
+          return op;
+    static plan::Op none;
+    ADD_FAILURE() << "no op writes " << output.str();
+    return none;
+  };
+  EXPECT_EQ(verdict([](plan::Chunk &) {}), "accepted");
+  // 16 tokens x top_k 2 = 32 rows reach the experts.
+  std::string rows = verdict([](plan::Chunk &c) { c.tensors["block.1.moe.rows"].shape = {31, 32}; });
+  EXPECT_NE(rows.find("'block.1.moe.rows' has shape [31, 32]; expected [32, 32] ([seq x batch x "
+                      "top_k, features] of the routed tokens)"),
+            std::string::npos)
+      << rows;
+  std::string topK = verdict([&](plan::Chunk &c) {
+    opWriting(c, "block.1.moe.rows").attrs["top_k"] = int64_t(5);
+  });
+  EXPECT_NE(topK.find("5 choices among the 4 experts of 'block.1.moe.logits'"), std::string::npos)
+      << topK;
+  std::string weight = verdict([&](plan::Chunk &c) {
+    std::swap(opWriting(c, "block.1.moe.gate").inputs[2], opWriting(c, "block.1.moe.down").inputs[2]);
+  });
+  // The down projection [4, 32, 16] now reads the 32 features of the dispatched rows.
+  EXPECT_NE(weight.find("'block.1.moe.experts.down.weight' has shape [4, 32, 16]; expected "
+                        "[4, 32, 32] ([experts, out, in] of the logits' experts and the rows' "
+                        "features)"),
+            std::string::npos)
+      << weight;
+  std::string aux = verdict([&](plan::Chunk &c) {
+    opWriting(c, "block.1.moe.logits.grad.aux").attrs["aux_loss"] = -0.5;
+  });
+  EXPECT_NE(aux.find("must be finite and not negative, got -0.5"), std::string::npos) << aux;
+  std::string role = verdict([&](plan::Chunk &c) {
+    plan::Op &op = opWriting(c, "block.1.ln2.grad.experts");
+    op.inputs[0] = "block.1.moe.rows";
+  });
+  EXPECT_NE(role.find("'block.1.moe.rows' is not a gradient, where 'moe_dispatch_bwd' takes one"),
+            std::string::npos)
+      << role;
+}
