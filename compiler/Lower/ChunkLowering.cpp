@@ -354,6 +354,7 @@ void ChunkLowerer::denseMLPBackward(int64_t block, const BlockDims &dims,
     mlpInput = regathered(saved.mlpNorm, saved.mlpInput, saved.recomputed);
     mlpColumnBackward("mlp.up", columnInputGrad(name("ln2")));
   }
+  reduceColumnInputGrad(name("ln2"));
 }
 
 void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
@@ -374,7 +375,6 @@ void ChunkLowerer::blockBackward(int64_t block, const std::string &x,
     moeBackward(block, dims, saved, plan::gradName(mlpOut));
   else
     denseMLPBackward(block, dims, saved);
-  reduceColumnInputGrad(name("ln2"));
   normBackward(saved.residual, name("ln2"), plan::gradName(name("ln2")), partOf(dResidual, "norm"));
   emit(OpKind::ResidualAdd, {dResidual + ".skip", dResidual + ".norm"}, {gradOf(name("res1"))});
 
@@ -495,10 +495,12 @@ LoweredChunk ChunkLowerer::run() {
     addHeadParams(job, tpRank, chunk.hasEmbedding, params);
   result.units = groupUnits(params);
   // Under sequence parallelism norms and row-parallel biases see only this rank's part of the
-  // sequence; positions are added to the whole sequence, so their gradient is complete.
+  // sequence; positions are added to the whole sequence, and a router reads the gathered
+  // sequence with its whole gradient, so their gradients are complete.
   if (job.sequenceParallel)
     for (const plan::ParamShard &shard : params)
-      if (shard.kind == plan::ShardKind::Replicated && shard.name != PositionEmbedding)
+      if (shard.kind == plan::ShardKind::Replicated && shard.name != PositionEmbedding &&
+          !llvm::StringRef(shard.name).endswith(".moe.router.weight"))
         result.tpPartialGrads.push_back(shard.name);
 
   writer.ops = &chunk.forward;

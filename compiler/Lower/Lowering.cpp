@@ -230,8 +230,8 @@ bool usesMLP(const ModelSpec &model, MLPKind kind) {
 } // namespace
 
 namespace {
-/// Mixture-of-experts blocks are lowered on one expert-parallel rank, without tensor or
-/// context parallelism, and dropless; other mappings are checked and estimated but not run.
+/// Mixture-of-experts blocks are lowered on one expert-parallel rank (expert tensor
+/// parallelism = tp), without context parallelism, and dropless; other mappings are checked and estimated but not run.
 /// A refused axis is reported once, at its field, with a note at the first MoE layer.
 bool checkMoELowerable(const Program &program, const Mapping &mapping, DiagnosticEngine &diags) {
   const ModelSpec &m = program.model;
@@ -245,7 +245,6 @@ bool checkMoELowerable(const Program &program, const Mapping &mapping, Diagnosti
     const char *axis, *why;
   } axes[] = {
       {mapping.ep, "ep", "expert parallelism is not run yet: parrun has no token all-to-all"},
-      {mapping.tp, "tp", "expert tensor parallelism is not lowered yet"},
       {mapping.cp, "cp", "under context parallelism the router's load-balancing loss would see "
                          "part of each sequence"},
   };

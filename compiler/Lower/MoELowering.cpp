@@ -1,15 +1,22 @@
 //===- MoELowering.cpp - The op lists of a mixture-of-experts MLP ---------===//
 //
-// Megatron-Core's MoE layer as explicit ops, on one expert-parallel rank (ep = tp = 1, which
+// Megatron-Core's MoE layer as explicit ops, on one expert-parallel rank (ep = 1, which
 // checkLowerable requires): the router's logits, the tokens' rows dispatched to their top_k
 // experts (grouped by expert), each expert's MLP over its rows, the rows combined back per
 // token weighted by the router, and the shared experts as a dense MLP beside them. Every MoE
 // op routes from the logits itself, so no routing table is a tensor of the plan.
 //
+// Expert tensor parallelism is tp (Megatron-Core's default): every tp rank sees the whole
+// sequence (ln2's output, all-gathered under sequence parallelism) and the same router, so
+// all of them route alike; each holds a column slice of every expert's gate and up and a row
+// slice of its down projection, so the combined output is partial over tp until the
+// reduction a row-parallel layer ends with.
+//
 // Backward: the combine's gradient reaches the expert rows and, through the top-k weights,
-// the logits; the load-balancing loss adds its own gradient of the logits (scaled as the loss
-// gradient is seeded, 1 / microbatches); ln2's gradient sums the experts', the router's and
-// the shared experts' parts.
+// the logits (partial over tp, as the expert outputs are, so all-reduced); the load-balancing
+// loss adds its own gradient of the logits (scaled as the loss gradient is seeded, 1 /
+// microbatches); ln2's gradient sums the experts' and shared experts' parts (partial over
+// tp, then reduced) and the router's (complete on every tp rank, so added after).
 //
 //===----------------------------------------------------------------------===//
 #include "ChunkLowerer.h"
@@ -30,7 +37,7 @@ std::string ChunkLowerer::moeForward(int64_t block, const BlockDims &dims, Block
                                      llvm::StringRef sfx, bool forRecompute) {
   const MoESpec &moe = dims.moe;
   auto name = [&](llvm::StringRef leaf) { return blockName(block, leaf) + sfx.str(); };
-  const int64_t rows = job.seq * job.microBatch * moe.topK, f = moe.ffn;
+  const int64_t rows = job.seq * job.microBatch * moe.topK, f = moe.ffn / job.tp;
   const bool swiglu = dims.mlp == MLPKind::SwiGLU;
   MoEActivations &m = a.moe;
 
@@ -54,7 +61,7 @@ std::string ChunkLowerer::moeForward(int64_t block, const BlockDims &dims, Block
     emit(OpKind::GELU, {m.up}, {m.activated});
   m.down = experts("down", m.activated, job.hidden);
 
-  const int64_t shared = moe.sharedFfn();
+  const int64_t shared = moe.sharedFfn() / job.tp;
   if (shared) {
     if (swiglu)
       m.sharedGate =
@@ -70,12 +77,20 @@ std::string ChunkLowerer::moeForward(int64_t block, const BlockDims &dims, Block
   // The backward reads neither the combine's output nor the shared down projection's.
   if (forRecompute)
     return "";
-  std::string out = activation(name("moe.out"), job.seq, job.hidden);
-  emit(OpKind::MoeCombine, {m.down, m.logits}, {out}, combineAttrs(moe));
+  std::string out = name("moe.out");
+  std::string combined = activation(job.tp > 1 ? name("moe.out.partial") : out, job.seq, job.hidden);
+  emit(OpKind::MoeCombine, {m.down, m.logits}, {combined}, combineAttrs(moe));
+  if (job.tp > 1) {
+    activation(out, job.seqRows(), job.hidden);
+    if (job.sequenceParallel)
+      emit(OpKind::ReduceScatter, {combined}, {out}, groupDimAttrs(plan::Group::TP, 0));
+    else
+      emit(OpKind::AllReduce, {combined}, {out}, groupAttrs(plan::Group::TP));
+  }
   if (!shared)
     return out;
   std::string sharedOut = rowForward(m.sharedActivated, blockName(block, "moe.shared.down"), sfx);
-  std::string sum = activation(name("moe.mlp"), job.seq, job.hidden);
+  std::string sum = activation(name("moe.mlp"), job.seqRows(), job.hidden);
   emit(OpKind::ResidualAdd, {out, sharedOut}, {sum});
   return sum;
 }
@@ -92,15 +107,27 @@ void ChunkLowerer::moeBackward(int64_t block, const BlockDims &dims, const Block
     dCombined = gradOf(name("moe.out"));
     emit(OpKind::ResidualAddBwd, {dOut}, {dCombined, gradOf(name("moe.shared.down"))});
   }
-  // The logits' gradient: through the top-k weights, plus the load-balancing loss's.
+  // The all-reduce's conjugate is the identity (moe.out.partial shares moe.out's gradient),
+  // the reduce-scatter's an all-gather.
+  if (job.tp > 1 && job.sequenceParallel) {
+    std::string gathered = gradOf(name("moe.out.partial"));
+    emit(OpKind::AllGather, {dCombined}, {gathered}, groupDimAttrs(plan::Group::TP, 0));
+    dCombined = gathered;
+  }
+  // The logits' gradient: through the top-k weights (partial over tp), plus the
+  // load-balancing loss's, which every tp rank computes whole.
   std::string dLogits = gradOf(name("moe.logits"));
-  std::string dRouted = moe.auxLoss > 0 ? declare(dLogits + ".combine",
-                                                  {job.seq, job.microBatch, moe.experts}, job.dtype)
+  const Shape logitsShape = {job.seq, job.microBatch, moe.experts};
+  std::string dRouted = moe.auxLoss > 0 ? declare(dLogits + ".combine", logitsShape, job.dtype)
                                         : dLogits;
-  emit(OpKind::MoeCombineBwd, {m.down, m.logits, dCombined}, {gradOf(name("moe.down")), dRouted},
+  std::string dPartial = job.tp > 1 ? declare(dRouted + ".partial", logitsShape, job.dtype)
+                                    : dRouted;
+  emit(OpKind::MoeCombineBwd, {m.down, m.logits, dCombined}, {gradOf(name("moe.down")), dPartial},
        combineAttrs(moe));
+  if (job.tp > 1)
+    emit(OpKind::AllReduce, {dPartial}, {dRouted}, groupAttrs(plan::Group::TP));
   if (moe.auxLoss > 0) {
-    std::string dAux = declare(dLogits + ".aux", {job.seq, job.microBatch, moe.experts}, job.dtype);
+    std::string dAux = declare(dLogits + ".aux", logitsShape, job.dtype);
     emit(OpKind::MoeAuxLossBwd, {m.logits}, {dAux},
          {{"top_k", moe.topK},
           {"aux_loss", moe.auxLoss},
@@ -120,25 +147,27 @@ void ChunkLowerer::moeBackward(int64_t block, const BlockDims &dims, const Block
     emit(OpKind::SwiGLUBwd, {m.gate, m.up, dActivated},
          {gradOf(name("moe.gate")), gradOf(name("moe.up"))});
     // gate and up each contribute a part of the rows' gradient.
+    const Shape rowsShape = {job.seq * job.microBatch * moe.topK, job.hidden};
     for (llvm::StringRef part : {"gate", "up"})
-      expertsBackward(part, m.rows, declare(dRows + "." + part.str(),
-                                            {job.seq * job.microBatch * moe.topK, job.hidden},
-                                            job.dtype));
+      expertsBackward(part, m.rows, declare(dRows + "." + part.str(), rowsShape, job.dtype));
     emit(OpKind::ResidualAdd, {dRows + ".gate", dRows + ".up"}, {dRows});
   } else {
     emit(OpKind::GELUBwd, {m.up, dActivated}, {gradOf(name("moe.up"))});
     expertsBackward("up", m.rows, dRows);
   }
 
-  // ln2's gradient: the experts', the router's and the shared experts' parts.
-  std::string dInput = columnInputGrad(name("ln2"));
+  // ln2's gradient: the experts' and the shared experts' parts, partial over tp until
+  // reduced, then the router's, complete on every tp rank (its sequence part under sequence
+  // parallelism).
+  std::string dInput = plan::gradName(name("ln2"));
   auto part = [&](llvm::StringRef leaf) {
     return declare(dInput + "." + leaf.str(), {job.seq, job.microBatch, job.hidden}, job.dtype);
   };
-  std::vector<std::string> parts = {part("experts"), part("router")};
+  std::vector<std::string> parts = {part("experts")};
   emit(OpKind::MoeDispatchBwd, {dRows, m.logits}, {parts[0]}, routeAttrs(moe));
-  std::string router = name("moe.router.weight");
-  emit(OpKind::MatMulBwd, {saved.mlpInput, router, dLogits}, {parts[1], plan::gradName(router)},
+  std::string mlpInput = regathered(saved.mlpNorm, saved.mlpInput, saved.recomputed);
+  std::string router = name("moe.router.weight"), dRouter = part("router");
+  emit(OpKind::MatMulBwd, {mlpInput, router, dLogits}, {dRouter, plan::gradName(router)},
        linearAttrs);
   if (moe.sharedExperts) {
     std::string dShared =
@@ -153,16 +182,32 @@ void ChunkLowerer::moeBackward(int64_t block, const BlockDims &dims, const Block
         continue;
       std::string prefix = name("moe.shared." + layer.str());
       parts.push_back(part("shared." + layer.str()));
-      columnBackward(saved.mlpInput, prefix, parts.back(), plan::gradName(prefix + ".weight"),
+      columnBackward(mlpInput, prefix, parts.back(), plan::gradName(prefix + ".weight"),
                      job.biases ? plan::gradName(prefix + ".bias") : "");
     }
   }
   std::string sum = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) {
-    std::string next = i + 1 == parts.size() ? dInput : part("sum" + std::to_string(i));
+    std::string next = part("sum" + std::to_string(i));
     emit(OpKind::ResidualAdd, {sum, parts[i]}, {next});
     sum = next;
   }
+  if (job.tp > 1) {
+    std::string reduced = activation(dInput + ".reduced", job.seqRows(), job.hidden);
+    if (job.sequenceParallel)
+      emit(OpKind::ReduceScatter, {sum}, {reduced}, groupDimAttrs(plan::Group::TP, 0));
+    else
+      emit(OpKind::AllReduce, {sum}, {reduced}, groupAttrs(plan::Group::TP));
+    sum = reduced;
+  }
+  if (job.sequenceParallel) {
+    std::vector<std::string> pieces;
+    for (int64_t r = 0; r < job.tp; ++r)
+      pieces.push_back(activation(dRouter + ".part" + std::to_string(r), job.seqRows(), job.hidden));
+    emit(OpKind::Split, {dRouter}, pieces, {{"dim", int64_t(0)}});
+    dRouter = pieces[size_t(tpRank)];
+  }
+  emit(OpKind::ResidualAdd, {sum, dRouter}, {gradOf(name("ln2"))});
 }
 
 } // namespace parc::lower

@@ -101,10 +101,12 @@ public:
     // Every tp rank holds the same tensor; only the first counts it in the gradient norm.
     add(std::move(name), std::move(shape), plan::ShardKind::Replicated, -1, {}, init, tpRank == 0);
   }
-  /// Split along dim 0 (column) or the last dim (row): this rank holds [offset, offset+size).
+  /// Split along the output features (column: dim 0, dim 1 of stacked experts [experts, out,
+  /// in]) or the last dim (row): this rank holds [offset, offset+size).
   void split(std::string name, std::vector<int64_t> shape, plan::ShardKind kind, int64_t offset,
              int64_t size, plan::Init init, bool countsInGradNorm = true) {
-    int64_t dim = kind == plan::ShardKind::Row ? int64_t(shape.size()) - 1 : 0;
+    int64_t rank = int64_t(shape.size());
+    int64_t dim = kind == plan::ShardKind::Row ? rank - 1 : std::max<int64_t>(0, rank - 2);
     add(std::move(name), std::move(shape), kind, dim, {offset, size}, init, countsInGradNorm);
   }
 
@@ -175,26 +177,33 @@ void addWordEmbedding(const Job &job, int64_t tpRank, bool countsInGradNorm,
 }
 
 /// A MoE block's MLP (MemoryModel's blockParams): the router [experts, hidden] without a
-/// bias, the shared experts as a dense MLP of shared_experts x moe_ffn columns, then the
-/// experts stacked [experts, out, in] without biases, last so that they form a ZeRO unit of
-/// their own. Only lowered with tp = ep = 1 (checkLowerable), where every shard is whole.
-void addMoEParams(const Job &job, int64_t block, const BlockDims &dims, ShardBuilder &shards) {
-  const int64_t h = job.hidden, e = dims.moe.experts, f = dims.moe.ffn;
+/// bias, replicated (every tp rank routes the whole sequence alike), the shared experts as a
+/// dense MLP of shared_experts x moe_ffn columns, then the experts stacked [experts, out, in]
+/// without biases, last so that they form a ZeRO unit of their own. Expert tensor parallelism
+/// is tp: gate and up are column-parallel over moe_ffn, down row-parallel. Only lowered with
+/// ep = 1 (checkLowerable), where every rank holds every expert.
+void addMoEParams(const Job &job, int64_t block, const BlockDims &dims, int64_t tpRank,
+                  ShardBuilder &shards) {
+  const int64_t h = job.hidden, e = dims.moe.experts, f = dims.moe.ffn, lf = f / job.tp;
   shards.replicated(blockName(block, "moe.router.weight"), {e, h}, ShardBuilder::normal(InitStd));
   if (int64_t shared = dims.moe.sharedFfn()) {
+    int64_t local = shared / job.tp;
     if (isGated(dims.mlp))
-      shards.column(blockName(block, "moe.shared.gate"), shared, h, 0, shared, job.biases);
-    shards.column(blockName(block, "moe.shared.up"), shared, h, 0, shared, job.biases);
-    shards.row(blockName(block, "moe.shared.down"), h, shared, 0, shared);
+      shards.column(blockName(block, "moe.shared.gate"), shared, h, tpRank * local, local,
+                    job.biases);
+    shards.column(blockName(block, "moe.shared.up"), shared, h, tpRank * local, local,
+                  job.biases);
+    shards.row(blockName(block, "moe.shared.down"), h, shared, tpRank * local, local);
   }
-  auto experts = [&](llvm::StringRef leaf, std::vector<int64_t> shape, double std) {
-    shards.replicated(blockName(block, "moe.experts." + leaf.str() + ".weight"), std::move(shape),
-                      ShardBuilder::normal(std));
+  auto experts = [&](llvm::StringRef leaf, std::vector<int64_t> shape, plan::ShardKind kind,
+                     double std) {
+    shards.split(blockName(block, "moe.experts." + leaf.str() + ".weight"), std::move(shape), kind,
+                 tpRank * lf, lf, ShardBuilder::normal(std));
   };
   if (isGated(dims.mlp))
-    experts("gate", {e, f, h}, InitStd);
-  experts("up", {e, f, h}, InitStd);
-  experts("down", {e, h, f}, InitStd / std::sqrt(2.0 * double(job.layers)));
+    experts("gate", {e, f, h}, plan::ShardKind::Column, InitStd);
+  experts("up", {e, f, h}, plan::ShardKind::Column, InitStd);
+  experts("down", {e, h, f}, plan::ShardKind::Row, InitStd / std::sqrt(2.0 * double(job.layers)));
 }
 
 } // namespace
@@ -224,7 +233,7 @@ void addBlockParams(const Job &job, int64_t block, int64_t tpRank,
              dims.localHeads * d);
   shards.norm(blockName(block, "ln2"));
   if (dims.moe.enabled()) {
-    addMoEParams(job, block, dims, shards);
+    addMoEParams(job, block, dims, tpRank, shards);
     return;
   }
   if (isGated(dims.mlp))

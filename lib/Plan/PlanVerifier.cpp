@@ -355,13 +355,16 @@ void checkParams(ReadContext &ctx, const RankPlan &plan) {
                                   Twine(s.size) + ") lies outside dimension " + Twine(d) +
                                   " of size " + Twine(param.shape[d]));
       bool split = s.size != param.shape[d];
-      bool mayBeSplit = (param.kind == ShardKind::Column || param.kind == ShardKind::Vocab)
-                            ? d == 0
-                            : param.kind == ShardKind::Row && d == rank - 1;
+      // Column splits the output features: dim 0 of a matrix or bias, dim 1 of stacked
+      // experts [experts, out, in].
+      size_t columnDim = rank == 3 ? 1 : 0;
+      bool mayBeSplit = param.kind == ShardKind::Column  ? d == columnDim
+                        : param.kind == ShardKind::Vocab ? d == 0
+                                                         : param.kind == ShardKind::Row && d == rank - 1;
       if (split && !mayBeSplit)
         ctx.fail(slicePath(), "a " + spelling(param.kind) + " parameter is not split along " +
-                                  "dimension " + Twine(d) + "; column and vocab split dim 0, " +
-                                  "row the last, replicated none");
+                                  "dimension " + Twine(d) + "; column splits dim 0 (dim 1 of " +
+                                  "stacked experts), vocab dim 0, row the last, replicated none");
     }
     if (param.init.kind == InitKind::Normal &&
         !(param.init.std > 0 && std::isfinite(param.init.std)))

@@ -26,7 +26,8 @@ Cases (world = tp * pp * dp * cp <= 8, tp in {1,2,4}, pp in {1,2,4}, dp in {1,2}
   - ZeRO, recompute and sequence parallelism on the other mappings with tp > 1 and dp > 1;
   - context parallelism (cp 2 and 4) alone and with tp, pp, dp, ZeRO, recompute, sequence
     parallelism, grouped-query attention and rotary positions;
-  - mixture-of-experts blocks (ep 1) beside pp and dp, with ZeRO, recompute, shared experts;
+  - mixture-of-experts blocks (ep 1, expert tensor parallelism = tp) beside tp, pp and dp, with
+    ZeRO, recompute, sequence parallelism and shared experts;
   - a subset in fp32 (tolerance 1e-5);
   - with --mpirun, a subset as one process per rank under the launcher (--comm=mpi).
 
@@ -310,6 +311,14 @@ def build_cases(with_mpi):
         Case(1, 2, 1, "gpipe", 0, "selective", llama=True, variant="moe-shared"),
         Case(1, 2, 2, "1f1b", 2, "full", llama=True, variant="moe"),
         Case(1, 1, 2, "1f1b", 1, precision="fp32", llama=True, variant="moe"),
+        # Expert tensor parallelism = tp: column and row slices of every expert, the logits'
+        # gradient all-reduced over tp, with and without sequence parallelism.
+        Case(2, 1, 1, "1f1b", variant="moe"),
+        Case(4, 1, 1, "1f1b", 0, "selective", True, variant="moe"),
+        Case(2, 2, 1, "1f1b", 0, "none", True, llama=True, variant="moe-shared"),
+        Case(2, 2, 2, "interleaved", 1, "full", True, kv_heads=2, llama=True, variant="moe"),
+        Case(2, 1, 2, "gpipe", 3, "selective", variant="moe-shared"),
+        Case(2, 2, 2, "1f1b", 2, "none", True, precision="fp32", llama=True, variant="moe"),
     ]
     if with_mpi:
         cases += [
@@ -320,7 +329,7 @@ def build_cases(with_mpi):
             Case(2, 2, 2, "1f1b", 1, "full", kv_heads=2, comm="mpi"),
             Case(4, 1, 2, "gpipe", 2, "none", True, comm="mpi"),
             Case(1, 4, 1, "1f1b", comm="mpi"),
-            Case(1, 2, 2, "1f1b", 1, llama=True, variant="moe", comm="mpi"),
+            Case(2, 2, 2, "1f1b", 1, "none", True, llama=True, variant="moe", comm="mpi"),
         ]
     return cases
 

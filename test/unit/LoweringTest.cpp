@@ -225,13 +225,15 @@ TEST(Lowering, SweepOfSmallMappings) {
 }
 
 TEST(Lowering, MixtureOfExpertsShardsAndBucketsFollowTheMemoryModel) {
-  // The experts are ZeRO buckets of their own; with ep = 1 they are sharded over dp too.
+  // The experts are ZeRO buckets of their own; with ep = 1 they are sharded over dp too, and
+  // over tp as the dense MLP is (expert tensor parallelism = tp).
   for (int zero = 0; zero < 4; ++zero)
-    for (int pp : {1, 2})
+    for (int tp : {1, 2})
       for (bool llama : {false, true}) {
         Knobs k;
-        k.tp = 1;
-        k.pp = pp;
+        k.tp = tp;
+        k.pp = 2;
+        k.sequenceParallel = tp > 1 && zero % 2;
         k.zero = zero;
         k.llama = llama;
         k.recompute = zero % 2 ? "full" : "selective";

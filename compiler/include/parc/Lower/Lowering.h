@@ -35,7 +35,7 @@ namespace parc {
 /// Reports, at the field, what a job may describe for its estimates but the plans cannot
 /// express (dropout: parrun has no random masks; GeGLU, tanh GELU, parallel residuals, partial
 /// rotary embeddings, embedding scaling: no kernels or lowering; mixture-of-experts blocks
-/// under tensor, context or expert parallelism, or with a capacity factor: not lowered yet).
+/// under context or expert parallelism, or with a capacity factor: not lowered yet).
 /// Returns true when the job can be lowered.
 bool checkLowerable(const Program &program, const Mapping &mapping, DiagnosticEngine &diags);
 
