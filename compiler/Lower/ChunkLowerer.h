@@ -134,6 +134,10 @@ private:
   /// From the gradient of moeForward's output to that of ln2's output.
   void moeBackward(int64_t block, const BlockDims &dims, const BlockActivations &saved,
                    const std::string &dOut);
+  /// ln2's gradient from the rows' (dRows) and the logits' (dLogits) gradients, through the
+  /// dispatch, the router and the shared experts.
+  void moeInputBackward(int64_t block, const BlockDims &dims, const BlockActivations &saved,
+                        const std::string &dRows, const std::string &dLogits);
   /// The tensor a block's MLP half ends in: the second operand of its residual add.
   static std::string mlpOutputName(int64_t block, const BlockDims &dims) {
     return blockName(block, !dims.moe.enabled()   ? "mlp.down"

@@ -155,7 +155,16 @@ void ChunkLowerer::moeBackward(int64_t block, const BlockDims &dims, const Block
     emit(OpKind::GELUBwd, {m.up, dActivated}, {gradOf(name("moe.up"))});
     expertsBackward("up", m.rows, dRows);
   }
+  moeInputBackward(block, dims, saved, dRows, dLogits);
+}
 
+void ChunkLowerer::moeInputBackward(int64_t block, const BlockDims &dims,
+                                    const BlockActivations &saved, const std::string &dRows,
+                                    const std::string &dLogits) {
+  const MoESpec &moe = dims.moe;
+  const MoEActivations &m = saved.moe;
+  auto name = [&](llvm::StringRef leaf) { return blockName(block, leaf); };
+  const bool swiglu = dims.mlp == MLPKind::SwiGLU;
   // ln2's gradient: the experts' and the shared experts' parts, partial over tp until
   // reduced, then the router's, complete on every tp rank (its sequence part under sequence
   // parallelism).

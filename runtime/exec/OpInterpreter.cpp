@@ -216,15 +216,9 @@ template <typename D> void OpInterpreter<D>::execute(Context &ctx) {
   case OpKind::CrossEntropy:
   case OpKind::CrossEntropyBwd:
     return executeLoss(ctx);
-  case OpKind::MoeDispatch:
-  case OpKind::ExpertMatMul:
-  case OpKind::MoeCombine:
-  case OpKind::MoeDispatchBwd:
-  case OpKind::ExpertMatMulBwd:
-  case OpKind::MoeCombineBwd:
-  case OpKind::MoeAuxLossBwd:
-    return executeMoE(ctx);
   default:
+    if (plan::isMixtureOfExperts(ctx.op.kind))
+      return executeMoE(ctx);
     if (plan::opInfo(ctx.op.kind).backwardOnly)
       return executeBackward(ctx);
     return executeCompute(ctx);

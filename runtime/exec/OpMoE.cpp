@@ -45,31 +45,29 @@ template <typename D> void OpInterpreter<D>::executeMoE(Context &ctx) {
               std::to_string(count) + " rows");
     return x.shape.back();
   };
-  switch (op.kind) {
-  case OpKind::MoeDispatch: {
+  // Input 0's `from` rows to output 0's `to` rows of the same width, through `kernel`.
+  auto moveRows = [&](int64_t from, int64_t to, auto kernel) {
     Operand x = in(ctx, 0), y = out(ctx, 0, false);
-    int64_t h = width(x, tokens);
-    width(y, rows);
+    int64_t h = width(x, from);
+    if (width(y, to) != h)
+      opError("the output's rows are not as wide as the input's");
     std::vector<double> values(size_t(y.numel()));
-    cpu::moeDispatchForward(values.data(), host(x).data(), r, h);
-    return store(y, values);
-  }
-  case OpKind::MoeDispatchBwd: {
-    Operand drows = in(ctx, 0), dx = out(ctx, 0, false);
-    int64_t h = width(drows, rows);
-    width(dx, tokens);
-    std::vector<double> values(size_t(dx.numel()));
-    cpu::moeDispatchBackward(values.data(), host(drows).data(), r, h);
-    return store(dx, values);
-  }
-  case OpKind::MoeCombine: {
-    Operand y = in(ctx, 0), combined = out(ctx, 0, false);
-    int64_t h = width(y, rows);
-    width(combined, tokens);
-    std::vector<double> values(size_t(combined.numel()));
-    cpu::moeCombineForward(values.data(), host(y).data(), r, op.boolAttr("normalize"), h);
-    return store(combined, values);
-  }
+    kernel(values.data(), host(x).data(), h);
+    store(y, values);
+  };
+  switch (op.kind) {
+  case OpKind::MoeDispatch:
+    return moveRows(tokens, rows, [&](double *y, const double *x, int64_t h) {
+      cpu::moeDispatchForward(y, x, r, h);
+    });
+  case OpKind::MoeDispatchBwd:
+    return moveRows(rows, tokens, [&](double *dx, const double *drows, int64_t h) {
+      cpu::moeDispatchBackward(dx, drows, r, h);
+    });
+  case OpKind::MoeCombine:
+    return moveRows(rows, tokens, [&](double *combined, const double *y, int64_t h) {
+      cpu::moeCombineForward(combined, y, r, op.boolAttr("normalize"), h);
+    });
   case OpKind::MoeCombineBwd: {
     Operand y = in(ctx, 0), dout = in(ctx, 2);
     Operand dy = out(ctx, 0, false), dlogits = out(ctx, 1, false);

@@ -98,6 +98,10 @@ enum class OpKind {
   MoeCombineBwd,   // backward of moe_combine: the rows' and the logits' gradients
   MoeAuxLossBwd,   // backward: the load-balancing loss's gradient of the logits
 };
+/// The mixture-of-experts kinds, moe_dispatch to moe_aux_loss_bwd.
+inline bool isMixtureOfExperts(OpKind kind) {
+  return kind >= OpKind::MoeDispatch && kind <= OpKind::MoeAuxLossBwd;
+}
 
 enum class InstrKind {
   LoadBatch,
