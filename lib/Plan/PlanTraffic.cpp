@@ -1,6 +1,7 @@
 //===- PlanTraffic.cpp - What a rank plan sends, receives and reduces ------===//
 
 #include "parc/Plan/PlanTraffic.h"
+#include "PlanVerifierInternal.h"
 
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
@@ -37,13 +38,8 @@ void addUnordered(TrafficChannel &channel, const Event &event) {
   channel.hash += hashOf(event, 0);
 }
 
-int64_t elementsOf(const std::vector<int64_t> &shape) {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    if (__builtin_mul_overflow(n, d, &n))
-      return -1;
-  return n;
-}
+/// Elements of a verified shape (the verifier refuses one whose count overflows).
+int64_t elementsOf(llvm::ArrayRef<int64_t> shape) { return detail::elementCount(shape).value_or(-1); }
 
 int64_t tensorElements(const Chunk &chunk, const std::string &name) {
   auto it = chunk.tensors.find(name);
@@ -63,8 +59,8 @@ public:
   explicit TrafficBuilder(const RankPlan &plan) : plan(plan) {}
 
   TrafficSignature build() {
-    for (Group group : {Group::TP, Group::PP, Group::DP, Group::Model, Group::Embedding,
-                        Group::CP, Group::DPCP}) {
+    for (size_t g = 0; g < spellings(Group{}).size(); ++g) {
+      const Group group = Group(g);
       const std::vector<int64_t> &members = plan.groups.get(group);
       if (members.size() > 1)
         sig.groups[group].leader = members.front();
@@ -199,7 +195,7 @@ std::optional<TrafficSignature> TrafficSignature::decode(llvm::StringRef text) {
     if (fields.empty() || fields[0].getAsInteger(10, key))
       return std::nullopt;
     TrafficChannel channel;
-    if (kind == 'g' && fields.size() == 4 && key >= 0 && key <= int64_t(Group::DPCP)) {
+    if (kind == 'g' && fields.size() == 4 && key >= 0 && key < int64_t(spellings(Group{}).size())) {
       GroupTraffic &traffic = sig.groups[Group(key)];
       if (fields[1].getAsInteger(10, traffic.leader) ||
           !parseChannel(fields[2], fields[3], traffic.collectives))
