@@ -99,6 +99,7 @@ private:
   void heads(Side side, size_t i);
   void attention(bool backward);
   void attentionBlock(bool backward);
+  void attentionOutputs(bool backward, const Shape &stats, StringRef statsForm);
   void attentionMerge();
   void loss(bool backward);
   void split(Side whole, Side parts);
@@ -224,6 +225,13 @@ void ShapeRules::attention(bool backward) {
     stats.push_back(seq);
   StringRef statsForm = flash ? "the logsumexp of every row, [batch, heads, seq]"
                               : "the probabilities, [batch, heads, seq, seq]";
+  attentionOutputs(backward, stats, statsForm);
+}
+
+/// What attention and its ring blocks write, as one rule: the forward's y like q and its
+/// saved `stats`; the backward reads y like q, the stats and dy like q, and writes dq, dk, dv
+/// like q, k, v.
+void ShapeRules::attentionOutputs(bool backward, const Shape &stats, StringRef statsForm) {
   if (!backward) {
     if (same(Out, 0, In, 0))
       expect(Out, 1, stats, statsForm);
@@ -255,15 +263,7 @@ void ShapeRules::attentionBlock(bool backward) {
     return;
   Shape lse = {batch, count, seq};
   StringRef lseForm = "the logsumexp of every query row, [batch, heads, seq]";
-  if (!backward) {
-    if (same(Out, 0, In, 0))
-      expect(Out, 1, lse, lseForm);
-    return;
-  }
-  if (!same(In, 3, In, 0) || !expect(In, 4, lse, lseForm) || !same(In, 5, In, 0))
-    return;
-  for (size_t i = 0; i < 3 && !ctx.failed(); ++i)
-    same(Out, i, In, i);
+  attentionOutputs(backward, lse, lseForm);
 }
 
 /// Two blocks of the same queries: y1, y2 and y [seq, batch, heads x d] alike, lse1, lse2 and
