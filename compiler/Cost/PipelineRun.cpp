@@ -34,16 +34,14 @@ public:
   }
 
 private:
-  /// The message's index and its sender.
+  /// The message's index and its sender: the op's peer, since the schedule has a transfer
+  /// only between two stages (no division by the stage count on this per-instruction path).
   std::pair<size_t, int64_t> index(const PipeOp &op, size_t stage) const {
     const bool gradient = op.kind == PipeOpKind::SendGradient ||
                           op.kind == PipeOpKind::RecvGradient;
     const int64_t v = config.virtualStageOf(int64_t(stage), op.chunk);
-    const int64_t step = gradient ? -1 : 1; // the direction the message travels
-    const int64_t to = op.isSend() ? v + step : v;
-    int64_t sender = op.isSend() ? int64_t(stage) : config.stageOfVirtual(v - step);
-    if (v - step < 0 || v - step >= config.virtualStages())
-      sender = int64_t(stage); // nobody sends it
+    const int64_t to = op.isSend() ? v + (gradient ? -1 : 1) : v;
+    const int64_t sender = op.isSend() || op.peer < 0 ? int64_t(stage) : op.peer;
     return {size_t(((gradient ? 1 : 0) * config.virtualStages() + to) * config.microbatches +
                    op.microbatch),
             sender};

@@ -89,7 +89,8 @@ std::string checkPipeline(const Job &job, llvm::ArrayRef<RankPlan> plans,
                  std::to_string(instr.peer) + ", outside its pipeline " + rankList(group);
         peerStage = plans[instr.peer].coords.pp;
       }
-      programs[stage].push_back({*kind, instr.chunk, instr.microbatch, peerStage});
+      programs[stage].push_back({*kind, int16_t(instr.chunk), int16_t(instr.microbatch),
+                                 int16_t(peerStage)});
     }
   }
   ScheduleVerdict verdict = verifySchedule(job.pipeline, programs);

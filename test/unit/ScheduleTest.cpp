@@ -33,18 +33,18 @@ std::string listing(const StageProgram &program) {
   return text;
 }
 
-PipeOp fwd(int64_t chunk, int64_t mb) { return {PipeOpKind::Forward, chunk, mb, -1}; }
-PipeOp bwd(int64_t chunk, int64_t mb) { return {PipeOpKind::Backward, chunk, mb, -1}; }
-PipeOp sendAct(int64_t chunk, int64_t mb, int64_t peer) {
+PipeOp fwd(int16_t chunk, int16_t mb) { return {PipeOpKind::Forward, chunk, mb, -1}; }
+PipeOp bwd(int16_t chunk, int16_t mb) { return {PipeOpKind::Backward, chunk, mb, -1}; }
+PipeOp sendAct(int16_t chunk, int16_t mb, int16_t peer) {
   return {PipeOpKind::SendActivation, chunk, mb, peer};
 }
-PipeOp recvAct(int64_t chunk, int64_t mb, int64_t peer) {
+PipeOp recvAct(int16_t chunk, int16_t mb, int16_t peer) {
   return {PipeOpKind::RecvActivation, chunk, mb, peer};
 }
-PipeOp sendGrad(int64_t chunk, int64_t mb, int64_t peer) {
+PipeOp sendGrad(int16_t chunk, int16_t mb, int16_t peer) {
   return {PipeOpKind::SendGradient, chunk, mb, peer};
 }
-PipeOp recvGrad(int64_t chunk, int64_t mb, int64_t peer) {
+PipeOp recvGrad(int16_t chunk, int16_t mb, int16_t peer) {
   return {PipeOpKind::RecvGradient, chunk, mb, peer};
 }
 
