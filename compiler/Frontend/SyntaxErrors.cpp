@@ -488,7 +488,7 @@ void HumanErrorStrategy::sync(Parser *parser) {
     return;
   }
   atn::ATNState *state = parser->getATN().states[parser->getState()];
-  misc::IntervalSet next = parser->getATN().nextTokens(state);
+  const misc::IntervalSet &next = parser->getATN().nextTokens(state);
   size_t la = parser->getTokenStream()->LA(1);
   if (next.contains(Token::EPSILON) || next.contains(la))
     return;
