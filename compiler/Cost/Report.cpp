@@ -467,10 +467,15 @@ void writeReportJSON(const Program &program, const Mapping &mapping, llvm::raw_o
       json.attributeObject("groups", [&] {
         for (const GroupList &list : lists)
           json.attributeArray(list.name, [&] {
+            // One line per group: the groups are most of a large job's report, and a
+            // line per rank made them most of its time too.
             for (const std::vector<int64_t> &g : list.groups)
-              json.array([&] {
+              json.rawValue([&g](llvm::raw_ostream &out) {
+                out << '[';
+                llvm::ListSeparator separator(", ");
                 for (int64_t rank : g)
-                  json.value(rank);
+                  out << separator << rank;
+                out << ']';
               });
           });
       });
