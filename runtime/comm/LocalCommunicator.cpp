@@ -100,13 +100,22 @@ struct Message {
 } // namespace
 
 struct LocalWorld::State {
-  State(int64_t world) : world(world) {}
+  State(int64_t world) : world(world), wake(size_t(world)) {}
 
   /// Records the first failure and wakes every waiting rank. The caller holds the mutex.
   void recordFailure(const std::string &message) {
     if (failure.empty())
       failure = message;
-    changed.notify_all();
+    wakeEveryone();
+  }
+
+  /// Each rank sleeps on its own condition variable, and a change wakes only the ranks it may
+  /// release: with one variable for all, eight rank threads on two cores spent the step
+  /// waking each other for nothing (tiny.par at tp 2 pp 2 dp 2 runs ~300 collectives a step).
+  void wakeRank(int64_t rank) { wake[size_t(rank)].notify_one(); }
+  void wakeEveryone() {
+    for (std::condition_variable &rank : wake)
+      rank.notify_one();
   }
 
   /// Whose wait a stall started with. Following each blocked rank to a blocked rank it awaits
@@ -168,7 +177,7 @@ struct LocalWorld::State {
 
   int64_t world;
   mutable std::mutex mutex;
-  std::condition_variable changed;
+  std::vector<std::condition_variable> wake; // by rank
   std::string failure;
   std::map<int64_t, BlockedWait> blocked;
   /// The rank told to report its wait as the job's timeout, for a stall that another rank's
@@ -237,7 +246,7 @@ private:
     // A blamed rank that was released meanwhile reports nothing; the finder then looks again.
     constexpr std::chrono::seconds kBlameGrace(1);
     for (Clock::time_point until = deadline;;) {
-      state.changed.wait_until(
+      state.wake[size_t(myRank)].wait_until(
           lock, until, [&] { return ready() || !state.failure.empty() || state.blamed == myRank; });
       checkNotFailedLocked(what);
       if (ready())
@@ -249,7 +258,7 @@ private:
         if (root != myRank) {
           state.blamed = root;
           state.blamedAfterSeconds = timeoutSeconds();
-          state.changed.notify_all();
+          state.wakeRank(root);
           until = Clock::now() + kBlameGrace;
           continue;
         }
@@ -316,7 +325,8 @@ private:
     fold(slot, members);
     lock.lock();
     slot.complete = true;
-    state.changed.notify_all();
+    for (int64_t member : group.ranks)
+      state.wakeRank(member);
     return slot;
   }
 
@@ -418,7 +428,9 @@ private:
       if (transfer.kind == Transfer::Kind::Send)
         state.mailboxes[{myRank, transfer.peer, transfer.tag}].push_back(
             std::move(outgoing[next++]));
-    state.changed.notify_all();
+    for (const Transfer &transfer : transfers)
+      if (transfer.kind == Transfer::Kind::Send)
+        state.wakeRank(transfer.peer);
 
     for (const Transfer &transfer : transfers) {
       if (transfer.kind != Transfer::Kind::Recv)
