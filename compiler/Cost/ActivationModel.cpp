@@ -152,13 +152,17 @@ double headKeptBytes(const ModelSpec &model, int64_t paddedVocab, int64_t microB
   return 2 * e * sb * double(model.hidden) * r + 4 * sb * double(paddedVocab) / t + 8 * sb + e;
 }
 
-/// The head's backward allocates the logits' gradient (as wide as the logits), the cross
-/// entropy's row maximum and sum, and the loss gradient.
-double headTransientBytes(const ModelSpec &model, int64_t paddedVocab, int64_t microBatch,
-                          int64_t tp) {
+/// The head's backward: the cross entropy writes the logits' gradient over the logits (they
+/// die there) beside its two row statistics and the loss gradient; then the head's matmul
+/// backward writes its input's gradient (whole over the sequence) beside the logits' gradient.
+/// Under sequence parallelism the final norm's kept output is first gathered again, whole,
+/// and the split copy dies at that gather.
+double headTransientBytes(const ModelSpec &model, int64_t microBatch, int64_t tp,
+                          bool sequenceParallel) {
   const double sb = double(model.seq) * double(microBatch);
   const double e = double(bytesPerElement(model.dtype));
-  return 4 * sb * double(paddedVocab) / double(tp) + 2 * sb * e + e;
+  const double regathered = sequenceParallel ? 1 - 1 / double(tp) : 0;
+  return std::max(2 * sb * e + e, (1 + regathered) * e * sb * double(model.hidden));
 }
 } // namespace
 
@@ -201,7 +205,7 @@ double stageActivationBytes(const Program &program, const Mapping &mapping, int6
       double head = headKeptBytes(model, mapping.paddedVocab, mb, tp, par.sequenceParallel);
       chunkKept += head;
       // The blocks' backward starts once the head's has freed its tensors.
-      chunkTransient = std::max(headTransientBytes(model, mapping.paddedVocab, mb, tp),
+      chunkTransient = std::max(headTransientBytes(model, mb, tp, par.sequenceParallel),
                                 chunkTransient - (head - e));
     }
     kept.push_back(chunkKept);

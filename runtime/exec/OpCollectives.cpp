@@ -179,7 +179,10 @@ template <typename D> void OpInterpreter<D>::executeLoss(Context &ctx) {
     loss = dev.crossEntropyLoss(lossOut.data, rowMax.data(), rowSum.data(), target.data(), rows);
     return;
   }
-  Operand dloss = in(ctx, 2), dlogits = out(ctx, 0, false);
+  // The gradient is written over the logits when they die here (as flash-attn's xentropy with
+  // inplace_backward and Megatron's vocab-parallel cross entropy do): the kernel reads each
+  // element before it writes it, and the row statistics are already reduced.
+  Operand dloss = in(ctx, 2), dlogits = outOver(ctx, 0, 0);
   if (dloss.numel() != 1 || dlogits.numel() != logits.numel())
     opError("cross_entropy_bwd needs a scalar loss gradient and logits-sized output");
   dev.crossEntropyBackward(dlogits.data, logits.data, labels, rowMax.data(), rowSum.data(),

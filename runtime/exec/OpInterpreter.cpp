@@ -10,6 +10,7 @@
 
 #include "Devices.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
@@ -105,7 +106,7 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
         ++end;
     for (size_t j = i; j < end && beforeOp; ++j)
       beforeOp(j);
-    Context ctx{chunk, ops[i], env, {}};
+    Context ctx{chunk, ops[i], env, freeAfter[i], {}};
     StopWatch watch;
     try {
       if (isPointToPoint(i))
@@ -188,6 +189,22 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i,
     opError("output '" + name + "' is written a second time in this pass");
   Tensor<T> &tensor = ctx.env.values[name];
   tensor = Tensor<T>(memory, MemoryCategory::Activations, type->second.shape);
+  return {tensor.data(), tensor.shape};
+}
+
+template <typename D>
+typename OpInterpreter<D>::Operand OpInterpreter<D>::outOver(Context &ctx, size_t o, size_t i) {
+  const std::string &input = ctx.op.inputs[i], &output = ctx.op.outputs[o];
+  auto value = ctx.env.values.find(input);
+  auto type = ctx.chunk.tensors.find(output);
+  bool dies = llvm::is_contained(ctx.freedAfter, input);
+  if (!dies || value == ctx.env.values.end() || params.gradOwner(output) ||
+      type == ctx.chunk.tensors.end() || type->second.shape != value->second.shape ||
+      ctx.env.has(output))
+    return out(ctx, o, false);
+  Tensor<T> &tensor = ctx.env.values[output];
+  tensor = std::move(value->second);
+  ctx.env.values.erase(input);
   return {tensor.data(), tensor.shape};
 }
 

@@ -41,7 +41,7 @@ void OpInterpreter<D>::exchangeRun(const plan::Chunk &chunk, llvm::ArrayRef<plan
     int64_t peer = ranks[size_t(member)];
     bool send = op.kind == OpKind::Send;
     int64_t tag = sent[{send, peer}]++;
-    Context ctx{chunk, op, env, {}};
+    Context ctx{chunk, op, env, {}, {}};
     if (send) {
       Operand x = in(ctx, 0);
       transfers.push_back(Transfer::send(peer, tag, x.data, size_t(x.numel())));

@@ -7,7 +7,7 @@ The small GPT of sweep.py (fp32, so that parrun's fp32 buffers are the model's b
 every layer a ZeRO bucket of its own (bucket_size = 1), planned with `parc` and trained 2 steps
 with `parrun --memory-json` under:
   - zero 0-3 x recompute none/selective/full on dp 4;
-  - zero 0-3 x sequence parallel off/on on tp 2 pp 2 dp 2 (1f1b);
+  - zero 0-3 x sequence parallel off/on on tp 2 pp 2 dp 2 (1f1b), sequence parallel on tp 4 dp 2;
   - standard attention (the scores kept) on dp 4 and on tp 2 pp 2 dp 2 with zero 2;
   - context parallelism (cp 2 and 4) with dp, pp, tp, ZeRO, recompute and standard attention;
   - mixture-of-experts blocks (ep 1) under ZeRO 0 and 1 on dp 4.
@@ -43,6 +43,8 @@ def build_cases():
              for zero in range(4) for recompute in ("none", "selective", "full")]
     cases += [MemoryCase(2, 2, 2, "1f1b", zero, "none", sp, precision="fp32")
               for zero in range(4) for sp in (False, True)]
+    # tp 4: the head's backward regathers the final norm's output, whose 1/tp copy dies there.
+    cases += [MemoryCase(4, 1, 2, "1f1b", 0, "none", True, precision="fp32")]
     # Standard attention keeps the probabilities: the prediction must follow.
     cases += [MemoryCase(1, 1, 4, "1f1b", 0, "none", precision="fp32", attention="standard"),
               MemoryCase(2, 2, 2, "1f1b", 2, "none", True, precision="fp32",

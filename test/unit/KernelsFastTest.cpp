@@ -145,6 +145,35 @@ TEST(KernelsFastTest, FloatCrossEntropyAgreesWithDouble) {
     EXPECT_NEAR(gradF[i], grad[i], 1e-7);
 }
 
+/// parrun writes the logits' gradient over the logits (OpInterpreter::outOver): in place the
+/// kernel must give the bits it gives into a fresh buffer, in fp32 (vectorised) and fp64, with
+/// a shard's padding and a label on another shard.
+template <typename T> void expectCrossEntropyBackwardInPlace() {
+  const int64_t seq = 5, batch = 3, localVocab = 40, valid = 37, rows = seq * batch;
+  const int64_t vocabOffset = 40;
+  auto random = randomValues<double>(rows * localVocab, 31, 6.0);
+  std::vector<T> logits(random.begin(), random.end());
+  std::vector<int64_t> labels(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i)
+    labels[size_t(i)] = vocabOffset + (i * 7) % localVocab - (i % 4 == 0 ? 41 : 0);
+  std::vector<T> max(rows), sum(rows), fresh(logits.size());
+  crossEntropyRowMax(max.data(), logits.data(), rows, localVocab, valid);
+  crossEntropySumExp(sum.data(), logits.data(), max.data(), rows, localVocab, valid);
+  crossEntropyBackward(fresh.data(), logits.data(), labels.data(), max.data(), sum.data(), T(0.5),
+                       seq, batch, localVocab, vocabOffset, valid);
+  std::vector<T> inPlace = logits;
+  crossEntropyBackward(inPlace.data(), inPlace.data(), labels.data(), max.data(), sum.data(),
+                       T(0.5), seq, batch, localVocab, vocabOffset, valid);
+  for (size_t i = 0; i < fresh.size(); ++i)
+    ASSERT_EQ(inPlace[i], fresh[i]) << "element " << i;
+  EXPECT_NE(fresh, logits); // the gradient is not the logits: the comparison above can fail
+}
+
+TEST(KernelsFastTest, CrossEntropyBackwardInPlaceIsExact) {
+  expectCrossEntropyBackwardInPlace<float>();
+  expectCrossEntropyBackwardInPlace<double>();
+}
+
 TEST(KernelsFastTest, FloatFlashAttentionAgreesWithDouble) {
   // Two query tiles and a partial one, causal, grouped queries: the fp32 kernel (VecMath.h's
   // exp, float sums) within float roundings of the fp64 one.

@@ -229,6 +229,7 @@ void crossEntropyTargetLogit(float *target, const T *logits, const int64_t *labe
 /// *loss = mean_r (log(rowSum[r]) + rowMax[r] - target[r]), loss a device scalar.
 void crossEntropyLoss(float *loss, const float *rowMax, const float *rowSum, const float *target,
                       int64_t rows, cudaStream_t stream);
+/// dlogits may be logits: each thread reads its element before it writes it.
 template <typename T>
 void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const float *rowMax,
                           const float *rowSum, float dloss, int64_t seq, int64_t batch,

@@ -262,7 +262,8 @@ template <typename T>
 T crossEntropyLoss(const T *rowMax, const T *rowSum, const T *target, int64_t rows);
 /// dlogits[r,j] = (exp(logits[r,j] - rowMax[r]) / rowSum[r] - [j is r's label]) * dloss / rows
 /// with rows = seq * batch; the one-hot term only on the shard that holds the label; 0 on the
-/// columns past `validVocab` (the padding: probability 0, so no gradient).
+/// columns past `validVocab` (the padding: probability 0, so no gradient). dlogits may be
+/// logits (in place: each element is read before it is written).
 template <typename T>
 void crossEntropyBackward(T *dlogits, const T *logits, const int64_t *labels, const T *rowMax,
                           const T *rowSum, T dloss, int64_t seq, int64_t batch, int64_t localVocab,

@@ -91,6 +91,9 @@ public:
     const plan::Chunk &chunk;
     const plan::Op &op;
     ChunkEnv<T> &env;
+    /// The names freed once the op has run (their last use is this op): an op may write its
+    /// output over one of them.
+    llvm::ArrayRef<std::string> freedAfter;
     std::vector<PendingGrad> pending;
   };
 
@@ -117,6 +120,9 @@ private:
   /// The output's storage: the parameter gradient itself when `kernelAdds` and the output is
   /// one, a scratch buffer added to it after the op when not, otherwise a new zeroed tensor.
   Operand out(Context &ctx, size_t i, bool kernelAdds);
+  /// Output `o` in the storage of input `i` when that input is an activation of the same
+  /// shape whose last use is this op (it is renamed to the output); a new tensor otherwise.
+  Operand outOver(Context &ctx, size_t o, size_t i);
   /// Adds the op just run (and its gradient accumulation) to the profile.
   void record(Context &ctx, const StopWatch &watch);
   const std::vector<int64_t> &group(const plan::Op &op) const;
