@@ -54,6 +54,11 @@ constexpr double kInnerHalfEfficiency = 64;
 /// FlashAttention's share grows with the keys each query block streams through, and with the
 /// head size (its inner products; FlashAttention-2 runs head 64 about 10% slower than 128).
 constexpr double kFlashHalfSequence = 256, kFlashHalfHead = 16;
+/// FlashAttention-2 rounds the head size up to a multiple of 32 and runs that size's kernel
+/// (Dao-AILab/flash-attention, csrc/flash_attn/flash_api.cpp: head_size_rounded; kernels are
+/// instantiated for 32, 64, 96, 128, ... 256); its Triton version pads to a power of two,
+/// which is the same for every head size up to 128 that is a multiple of 32, and for 112.
+constexpr double kFlashHeadMultiple = 32;
 } // namespace
 
 const GPUEfficiency &efficiencyOf(GPUKind kind) {
@@ -115,13 +120,16 @@ double GPUModel::gemmSeconds(double m, double n, double k, double batch) const {
 }
 
 double GPUModel::flashSeconds(double flops, double seq, double head, bool backward) const {
-  if (flops <= 0)
+  if (flops <= 0 || head <= 0)
     return 0;
   auto falloff = [](double x, double half) { return x / (x + half); };
+  // The kernel runs at its padded head size (a head of 112 runs the 128 kernel): the padded
+  // columns take time and do no useful work.
+  double kernelHead = std::ceil(head / kFlashHeadMultiple) * kFlashHeadMultiple;
   double share = (backward ? eff.flashBackward : eff.flashForward) *
-                 falloff(seq, kFlashHalfSequence) * falloff(head, kFlashHalfHead) /
+                 falloff(seq, kFlashHalfSequence) * falloff(kernelHead, kFlashHalfHead) /
                  falloff(128, kFlashHalfHead);
-  return std::max(flops / (peakFlops * share), kKernelFloor);
+  return std::max(flops * (kernelHead / head) / (peakFlops * share), kKernelFloor);
 }
 
 double GPUModel::memorySeconds(double bytes, double kernels) const {

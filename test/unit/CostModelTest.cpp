@@ -94,6 +94,22 @@ TEST(GPUModel, MemoryBoundKernelsMoveBytesAtTheCeiling) {
   EXPECT_DOUBLE_EQ(gpu.memorySeconds(1, 3), 3 * GPUModel::kKernelFloor);
 }
 
+TEST(GPUModel, FlashAttentionRunsThePaddedHeadKernel) {
+  GPUModel gpu(dgxA100(1), DType::BF16);
+  // 1 TFLOP of forward at head 128 over 8192 keys: 0.60 x 0.9 of 312 TFLOP/s times the
+  // sequence's share 8192 / (8192 + 256); the head's falloff is 1 at 128.
+  double share = 0.60 * 0.9 * 8192.0 / (8192 + 256);
+  EXPECT_NEAR(gpu.flashSeconds(1e12, 8192, 128, false), 1e12 / (312e12 * share), 1e-15);
+  // Head 112 (MPT-30B's 7168 / 64) runs the 128 kernel: the same heads and tokens do
+  // 112/128 of the useful FLOPs in the time of head 128's.
+  EXPECT_NEAR(gpu.flashSeconds(1e12 * 112 / 128, 8192, 112, false),
+              gpu.flashSeconds(1e12, 8192, 128, false), 1e-15);
+  // Head 64 is a kernel of its own, at 64/80 over 128/144 of head 128's share.
+  double share64 = share * (64.0 / 80) / (128.0 / 144);
+  EXPECT_NEAR(gpu.flashSeconds(1e12, 8192, 64, true) * 0.45 / 0.60,
+              1e12 / (312e12 * share64), 1e-15);
+}
+
 } // namespace
 
 TEST(CommModel, AllToAllInsideAndAcrossNodes) {
