@@ -53,12 +53,14 @@ struct SyntaxErrorLog {
   bool inLostBody(size_t tokenIndex) const;
 };
 
-/// ANTLR's lexer, reporting characters it cannot read through parc's diagnostics.
+/// ANTLR's lexer, reporting characters it cannot read through parc's diagnostics; the input
+/// ends where the error limit is reached.
 class ReportingLexer : public ParLexer {
 public:
   ReportingLexer(antlr4::CharStream *input, const SourceText &source, DiagnosticEngine &diags,
                  SyntaxErrorLog &log)
       : ParLexer(input), source(source), diags(diags), log(log) {}
+  std::unique_ptr<antlr4::Token> nextToken() override;
   void notifyListeners(const antlr4::LexerNoViableAltException &e) override;
 
 private:
@@ -67,7 +69,8 @@ private:
   SyntaxErrorLog &log;
 };
 
-/// An error strategy that keeps ANTLR's recovery but says what went wrong in human terms.
+/// An error strategy that keeps ANTLR's recovery but says what went wrong in human terms, and
+/// stops the parse (antlr4::ParseCancellationException) at the error limit.
 class HumanErrorStrategy : public antlr4::DefaultErrorStrategy {
 public:
   HumanErrorStrategy(const SourceText &source, DiagnosticEngine &diags, SyntaxErrorLog &log)

@@ -123,7 +123,19 @@ void ModuleReader::parseBufferId(unsigned bufferId, ast::Module &out) {
   ParParser parser(&tokens);
   parser.removeErrorListeners();
   parser.setErrorHandler(std::make_shared<frontend::HumanErrorStrategy>(source, diags, log));
-  ParParser::FileContext *tree = parser.file();
+  ParParser::FileContext *tree = nullptr;
+  // The lexer or the parser reached the error limit: the file is read no further, its
+  // includes not at all (the parser owns the contexts it made).
+  if (!diags.reachedErrorLimit()) {
+    try {
+      tree = parser.file();
+    } catch (const antlr4::ParseCancellationException &) {
+    }
+  }
+  if (!tree) {
+    diags.announceErrorLimit();
+    return;
+  }
 
   frontend::IncludeHandler onInclude = [&](llvm::StringRef path, llvm::SMRange where,
                                            ast::Module &into) {
@@ -134,6 +146,8 @@ void ModuleReader::parseBufferId(unsigned bufferId, ast::Module &out) {
 
 void ModuleReader::include(llvm::StringRef path, llvm::SMRange where, unsigned fromBuffer,
                            ast::Module &out) {
+  if (diags.reachedErrorLimit())
+    return;
   llvm::SourceMgr &sm = diags.getSourceMgr();
   llvm::SmallString<256> resolved(path);
   if (!llvm::sys::path::is_absolute(resolved)) {

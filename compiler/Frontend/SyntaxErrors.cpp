@@ -87,6 +87,13 @@ bool SyntaxErrorLog::lexerErrorOnLine(size_t line) const {
   return llvm::is_contained(lexerErrorLines, line);
 }
 
+std::unique_ptr<Token> ReportingLexer::nextToken() {
+  // Past the error limit nothing more is reported: the rest of the file is not worth reading.
+  if (diags.reachedErrorLimit())
+    _input->seek(_input->size());
+  return ParLexer::nextToken();
+}
+
 void ReportingLexer::notifyListeners(const LexerNoViableAltException &) {
   llvm::SMLoc loc = source.locAtCodePoint(tokenStartCharIndex);
   size_t offset = loc.getPointer() - source.bytes().data();
@@ -448,6 +455,9 @@ void HumanErrorStrategy::report(Parser *parser, Token *offending, const misc::In
   log.lastReportedLine = at->getLine();
   if (message)
     diags.error(source.rangeOf(at), *message);
+  // Recovering from the rest of a hostile file costs time for errors nobody sees.
+  if (diags.reachedErrorLimit())
+    throw ParseCancellationException();
 }
 
 void HumanErrorStrategy::consumeUntil(Parser *parser, const misc::IntervalSet &set) {

@@ -47,16 +47,20 @@ void DiagnosticEngine::emit(llvm::SMLoc loc, llvm::SourceMgr::DiagKind kind,
 void DiagnosticEngine::error(llvm::SMLoc loc, const llvm::Twine &message,
                              llvm::ArrayRef<llvm::SMRange> ranges) {
   if (reachedErrorLimit()) {
-    suppressNotes = true;
-    if (!announcedLimit) {
-      announcedLimit = true;
-      emit(llvm::SMLoc(), llvm::SourceMgr::DK_Error, "too many errors emitted, stopping now", {});
-    }
+    announceErrorLimit();
     return;
   }
   suppressNotes = false;
   ++errors;
   emit(loc, llvm::SourceMgr::DK_Error, message, ranges);
+}
+
+void DiagnosticEngine::announceErrorLimit() {
+  suppressNotes = true;
+  if (announcedLimit)
+    return;
+  announcedLimit = true;
+  emit(llvm::SMLoc(), llvm::SourceMgr::DK_Error, "too many errors emitted, stopping now", {});
 }
 
 void DiagnosticEngine::warning(llvm::SMLoc loc, const llvm::Twine &message,

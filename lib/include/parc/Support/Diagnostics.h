@@ -51,6 +51,9 @@ public:
   bool hasErrors() const { return errors > 0; }
   /// True once the cap was reached: later stages should stop producing diagnostics.
   bool reachedErrorLimit() const { return errorLimit && errors >= errorLimit; }
+  /// Says, once, that parc stops at the cap: for a stage that stops reading its input there
+  /// rather than producing errors nobody sees (one more error() says it as well).
+  void announceErrorLimit();
   int exitCode() const;
 
   llvm::SourceMgr &getSourceMgr() { return sourceMgr; }
