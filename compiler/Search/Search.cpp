@@ -202,9 +202,25 @@ std::optional<PureFamily> familyOf(int64_t tp, int64_t pp, int64_t dp, int64_t c
   return std::nullopt;
 }
 
+/// The work the threads share (SearchOptions::maxWork): its total does not depend on how
+/// they split the space, so whether a search is over the budget does not either.
+class Budget {
+public:
+  explicit Budget(int64_t limit) : limit(limit) {}
+  /// False once the search has spent more than the limit: it stops.
+  bool spend(int64_t units) { return used.fetch_add(units) + units <= limit; }
+  bool exhausted() const { return used.load() > limit; }
+  int64_t spent() const { return used.load(); }
+
+private:
+  std::atomic<int64_t> used{0};
+  const int64_t limit;
+};
+
 class Enumerator {
 public:
-  Enumerator(const Program &program, const Domains &d) : program(program), d(d) {}
+  Enumerator(const Program &program, const Domains &d, Budget &budget)
+      : program(program), d(d), budget(budget) {}
 
   /// Enumerates every candidate with this tp, cp and pp into `t`.
   void run(int64_t tp, int64_t cp, int64_t pp, Tally &t);
@@ -224,6 +240,7 @@ private:
 
   const Program &program;
   const Domains &d;
+  Budget &budget;
 };
 
 void Enumerator::run(int64_t tp, int64_t cp, int64_t pp, Tally &t) {
@@ -308,6 +325,8 @@ void Enumerator::runWithExperts(int64_t tp, int64_t cp, int64_t pp, int64_t ep, 
             par.zero = int(zero);
             par.recompute = Recompute(rc);
             par.sequenceParallel = sp;
+            if (!budget.spend(blocks))
+              return;
             Mapping m = makeMapping(p, dp, *partition, padded);
             double bytes = estimateMemory(p, m).maxRankBytes();
             Scored s{tp, pp, dp, cp, ep, mb, par.chunks, uint8_t(sched.kind), uint8_t(zero),
@@ -344,6 +363,8 @@ void Enumerator::scoreOrders(Program &p, Mapping &m, Scored s, Tally &t) {
       t.reject(Rejection::ContextParallel, 1);
       continue;
     }
+    if (!budget.spend(program.model.numBlocks()))
+      return;
     s.order = uint8_t(order);
     s.bound = stepLowerBound(p, m, buildWorkTable(p, m));
     s.crossing = crossingRanks(m.layout);
@@ -446,9 +467,10 @@ bool faster(const Candidate &a, const Candidate &b, const Scored &sa, const Scor
 }
 
 /// The `k` fastest of `pool` by simulated step: simulates in the order of the bounds until
-/// the next bound cannot beat the k-th simulated step.
+/// the next bound cannot beat the k-th simulated step. A simulation costs the budget one unit
+/// per forward and backward pass, 2 x pp x chunks x M.
 std::vector<Candidate> fastest(const Program &program, std::vector<const Scored *> pool,
-                               size_t k) {
+                               size_t k, Budget &budget) {
   std::sort(pool.begin(), pool.end(), [](const Scored *a, const Scored *b) { return before(*a, *b); });
   std::vector<std::pair<Candidate, const Scored *>> done;
   for (const Scored *s : pool) {
@@ -458,6 +480,9 @@ std::vector<Candidate> fastest(const Program &program, std::vector<const Scored 
     if (std::any_of(done.begin(), done.end(),
                     [&](const auto &d) { return sameLayout(*d.second, *s); }))
       continue;
+    int64_t microbatches = program.parallel.globalBatch / (s->mb * s->dp);
+    if (!budget.spend(2 * s->pp * s->chunks * microbatches))
+      return {};
     done.push_back({simulate(program, *s), s});
     std::sort(done.begin(), done.end(), [](const auto &a, const auto &b) {
       return faster(a.first, b.first, *a.second, *b.second);
@@ -466,6 +491,27 @@ std::vector<Candidate> fastest(const Program &program, std::vector<const Scored 
   std::vector<Candidate> out;
   for (size_t i = 0; i < done.size() && i < k; ++i)
     out.push_back(std::move(done[i].first));
+  return out;
+}
+
+/// The three candidates that miss gpu.memory by the least, with the stage that misses.
+std::vector<Candidate> closestMisses(const Program &program, std::vector<Scored> overflowing) {
+  std::sort(overflowing.begin(), overflowing.end(),
+            [](const Scored &a, const Scored &b) { return a.bytes < b.bytes; });
+  std::vector<Candidate> out;
+  for (size_t i = 0; i < overflowing.size() && i < 3; ++i) {
+    const Scored &s = overflowing[i];
+    Candidate c;
+    c.parallel = specOf(program.parallel, s);
+    Program p = withMapping(program, c.parallel);
+    c.mapping = makeMapping(p, s.dp,
+                            *partitionBlocks(program.model.numBlocks(), s.pp, s.chunks,
+                                             program.parallel.stageLayers),
+                            *paddedVocab(program.model.vocab, s.tp));
+    c.maxRankBytes = s.bytes;
+    c.worstStage = estimateMemory(p, c.mapping).worst();
+    out.push_back(c);
+  }
   return out;
 }
 
@@ -483,9 +529,10 @@ SearchResult searchMappings(const Program &program, const SearchOptions &options
   unsigned threads = std::max(1u, std::min<unsigned>(options.threads, unsigned(pairs.size())));
   std::vector<Tally> tallies(threads);
   std::atomic<size_t> next{0}, finished{0};
+  Budget budget(options.maxWork);
   auto work = [&](unsigned id) {
-    Enumerator e(program, d);
-    for (size_t i; (i = next.fetch_add(1)) < pairs.size(); ++finished)
+    Enumerator e(program, d, budget);
+    for (size_t i; !budget.exhausted() && (i = next.fetch_add(1)) < pairs.size(); ++finished)
       e.run(pairs[i][0], pairs[i][1], pairs[i][2], tallies[id]);
   };
   std::vector<std::thread> pool;
@@ -493,7 +540,7 @@ SearchResult searchMappings(const Program &program, const SearchOptions &options
     pool.emplace_back(work, id);
   if (options.progress) {
     std::thread reporter([&] {
-      while (finished.load() < pairs.size()) {
+      while (finished.load() < pairs.size() && !budget.exhausted()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         options.progress(double(finished.load()) / double(std::max<size_t>(pairs.size(), 1)));
       }
@@ -507,6 +554,11 @@ SearchResult searchMappings(const Program &program, const SearchOptions &options
     t.join();
 
   SearchResult result;
+  result.work = budget.spent();
+  if (budget.exhausted()) {
+    result.overBudget = true;
+    return result;
+  }
   std::vector<Scored> feasible, overflowing;
   std::array<int64_t, kPureFamilies> seen{}, fit{};
   std::array<double, kPureFamilies> least{};
@@ -528,14 +580,16 @@ SearchResult searchMappings(const Program &program, const SearchOptions &options
   std::vector<const Scored *> all;
   for (const Scored &s : feasible)
     all.push_back(&s);
-  result.top = fastest(program, all, std::max<size_t>(options.top, 1));
+  result.top = fastest(program, all, std::max<size_t>(options.top, 1), budget);
   for (size_t f = 0; f < kPureFamilies; ++f) {
     std::vector<const Scored *> members;
     for (const Scored &s : feasible)
       if (familyOf(s.tp, s.pp, s.dp, s.cp) == PureFamily(f))
         members.push_back(&s);
     if (!members.empty()) {
-      result.pure[f] = fastest(program, members, 1).front();
+      std::vector<Candidate> best = fastest(program, members, 1, budget);
+      if (!best.empty())
+        result.pure[f] = best.front();
       continue;
     }
     if (seen[f] == 0)
@@ -544,22 +598,14 @@ SearchResult searchMappings(const Program &program, const SearchOptions &options
       result.pureProblem[f] = "none fits: the smallest needs " + formatBytes(least[f]) +
                               " per GPU";
   }
-  if (feasible.empty()) {
-    std::sort(overflowing.begin(), overflowing.end(),
-              [](const Scored &a, const Scored &b) { return a.bytes < b.bytes; });
-    for (size_t i = 0; i < overflowing.size() && i < 3; ++i) {
-      const Scored &s = overflowing[i];
-      Candidate c;
-      c.parallel = specOf(program.parallel, s);
-      Program p = withMapping(program, c.parallel);
-      c.mapping = makeMapping(p, s.dp,
-                              *partitionBlocks(program.model.numBlocks(), s.pp, s.chunks,
-                                               program.parallel.stageLayers),
-                              *paddedVocab(program.model.vocab, s.tp));
-      c.maxRankBytes = s.bytes;
-      c.worstStage = estimateMemory(p, c.mapping).worst();
-      result.closest.push_back(c);
-    }
+  if (feasible.empty())
+    result.closest = closestMisses(program, std::move(overflowing));
+  result.work = budget.spent();
+  if (budget.exhausted()) {
+    SearchResult over;
+    over.work = result.work;
+    over.overBudget = true;
+    return over;
   }
   result.elapsedSeconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

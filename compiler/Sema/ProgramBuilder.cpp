@@ -47,12 +47,34 @@ bool Choices::allows(int64_t v) const {
   return v >= lo && v <= hi && (values.empty() || llvm::is_contained(values, v));
 }
 
-bool SearchSpace::searches() const {
-  for (const Choices *c : {&tp, &pp, &cp, &ep, &microBatch, &zero, &recompute, &sequenceParallel,
-                           &order, &schedule, &chunks})
-    if (c->open)
-      return true;
-  return false;
+namespace {
+/// The fields `auto` may open, as a parallel block spells them; chunks are written inside
+/// `interleaved(...)`.
+constexpr std::pair<const char *, Choices SearchSpace::*> kSearchFields[] = {
+    {"tp", &SearchSpace::tp},
+    {"pp", &SearchSpace::pp},
+    {"dp", &SearchSpace::dp},
+    {"cp", &SearchSpace::cp},
+    {"ep", &SearchSpace::ep},
+    {"micro_batch", &SearchSpace::microBatch},
+    {"zero", &SearchSpace::zero},
+    {"recompute", &SearchSpace::recompute},
+    {"sequence_parallel", &SearchSpace::sequenceParallel},
+    {"order", &SearchSpace::order},
+    {"schedule", &SearchSpace::schedule},
+};
+} // namespace
+
+bool SearchSpace::searches() const { return !openFields().empty(); }
+
+std::vector<std::string> SearchSpace::openFields() const {
+  std::vector<std::string> out;
+  for (auto [name, member] : kSearchFields)
+    if ((this->*member).open && member != &SearchSpace::dp)
+      out.push_back(name);
+  if (chunks.open && !schedule.open)
+    out.push_back("chunks");
+  return out;
 }
 
 const std::vector<RankOrder> &allOrders() {
@@ -257,20 +279,7 @@ Choices choicesOf(llvm::StringRef name, const Value &v) {
 
 /// The choices of every `auto` field of a parallel block.
 void fillSearchSpace(const ResolvedBlock &block, SearchSpace &space) {
-  const std::pair<const char *, Choices SearchSpace::*> fields[] = {
-      {"tp", &SearchSpace::tp},
-      {"pp", &SearchSpace::pp},
-      {"dp", &SearchSpace::dp},
-      {"cp", &SearchSpace::cp},
-      {"ep", &SearchSpace::ep},
-      {"micro_batch", &SearchSpace::microBatch},
-      {"zero", &SearchSpace::zero},
-      {"recompute", &SearchSpace::recompute},
-      {"sequence_parallel", &SearchSpace::sequenceParallel},
-      {"order", &SearchSpace::order},
-      {"schedule", &SearchSpace::schedule},
-  };
-  for (auto [name, member] : fields)
+  for (auto [name, member] : kSearchFields)
     if (const ResolvedField *f = block.field(name); f && f->value.isAuto())
       space.*member = choicesOf(name, f->value);
   // interleaved(chunks = auto ...), written alone or listed in schedule = auto(...).

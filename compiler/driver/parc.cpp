@@ -26,6 +26,7 @@
 #include "parc/Support/Limits.h"
 #include "parc/Support/Units.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -248,8 +249,9 @@ int emitStep(const Program &program, const Mapping &mapping, DiagnosticEngine &d
   return diags.exitCode();
 }
 
-/// Runs the search, with a progress line on a terminal once it has run for a second.
-SearchResult runSearch(const Program &program) {
+/// Runs the search, with a progress line on a terminal once it has run for a second; a space
+/// beyond the search's work limit is an error on the parallel block.
+std::optional<SearchResult> runSearch(const Program &program, DiagnosticEngine &diags) {
   SearchOptions options;
   options.top = std::max(1u, unsigned(topCount));
   auto start = std::chrono::steady_clock::now();
@@ -265,6 +267,17 @@ SearchResult runSearch(const Program &program) {
   SearchResult result = searchMappings(program, options);
   if (shown)
     llvm::errs() << "\r                      \r";
+  if (result.overBudget) {
+    diags.error(program.parallel.headerRange,
+                "the auto fields (" + llvm::join(program.parallel.space.openFields(), ", ") +
+                    ") leave more to search than the limit of " +
+                    std::to_string(options.maxWork) +
+                    " units of work (one per transformer block, here " +
+                    std::to_string(program.model.numBlocks()) +
+                    ", of each candidate's memory estimate and step bound, and one per pass of "
+                    "each simulated step); fix some of them or list fewer values in auto(...)");
+    return std::nullopt;
+  }
   return result;
 }
 
@@ -311,10 +324,10 @@ int compareMappings(std::vector<Program> &programs, DiagnosticEngine &diags) {
   std::vector<std::pair<Program, Mapping>> jobs;
   for (Program &p : programs) {
     if (p.parallel.space.searches()) {
-      SearchResult r = runSearch(p);
-      if (r.top.empty())
+      std::optional<SearchResult> r = runSearch(p, diags);
+      if (!r || r->top.empty())
         continue;
-      p = withMapping(p, r.top.front().parallel);
+      p = withMapping(p, r->top.front().parallel);
     }
     if (auto m = checkMapping(p, diags))
       jobs.push_back({p, *m});
@@ -363,18 +376,22 @@ int compile(int argc, char **argv) {
                                                     "search; add --search\n";
     return ExitUsageOrIO;
   }
-  if (searchMode)
-    return printSearchResult(runSearch(*program), *program, resolved);
+  if (searchMode) {
+    std::optional<SearchResult> result = runSearch(*program, diags);
+    return result ? printSearchResult(*result, *program, resolved) : diags.exitCode();
+  }
   if (program->parallel.space.searches()) {
     // Every other command works on one mapping: the fastest the auto fields allow.
-    SearchResult result = runSearch(*program);
-    if (result.top.empty()) {
-      printSearch(result, *program, llvm::errs());
+    std::optional<SearchResult> result = runSearch(*program, diags);
+    if (!result)
+      return diags.exitCode();
+    if (result->top.empty()) {
+      printSearch(*result, *program, llvm::errs());
       return ExitInputError;
     }
-    const ParallelSpec &best = result.top.front().parallel;
+    const ParallelSpec &best = result->top.front().parallel;
     llvm::errs() << "parc: auto fields chose " << mappingText(best) << " (of "
-                 << result.feasible << " feasible mappings; parc --search ranks them)\n";
+                 << result->feasible << " feasible mappings; parc --search ranks them)\n";
     program = withMapping(*program, best);
   }
   auto mapping = checkMapping(*program, diags);

@@ -17,6 +17,7 @@
 #include "parc/Cost/CostModel.h"
 #include "parc/Cost/MemoryModel.h"
 #include "parc/Sema/Program.h"
+#include "parc/Support/Limits.h"
 
 #include <array>
 #include <functional>
@@ -68,11 +69,19 @@ struct SearchResult {
   std::array<std::string, kPureFamilies> pureProblem;
   /// When nothing fits: the candidates that miss gpu.memory by the least.
   std::vector<Candidate> closest;
+  /// Work spent (SearchOptions::maxWork). Over the budget the search stops: the space is too
+  /// large to search, and nothing else in the result means anything.
+  int64_t work = 0;
+  bool overBudget = false;
 };
 
 struct SearchOptions {
   size_t top = 10;
   unsigned threads = 2;
+  /// Each memory estimate and each step bound of a candidate costs one unit per transformer
+  /// block, each simulated step one per forward and backward pass; the search gives up beyond
+  /// this many.
+  int64_t maxWork = limits::MaxSearchWork;
   /// Called about every 100 ms with the share of the space enumerated, when set.
   std::function<void(double)> progress;
 };

@@ -180,6 +180,8 @@ struct SearchSpace {
 
   /// True when some field other than dp is open: the program names a set of mappings.
   bool searches() const;
+  /// Those fields, as the parallel block spells them (`chunks` when only they are open).
+  std::vector<std::string> openFields() const;
 };
 
 /// The rank orders the search tries, indexed by SearchSpace::order codes: the 24 that name

@@ -61,6 +61,12 @@ inline constexpr int64_t MaxPlanEntries = int64_t(1) << 20;
 /// Forward and backward passes of all stages (2 x pp x chunks x M) that --emit=trace and
 /// --emit=svg simulate and draw.
 inline constexpr int64_t MaxTimelinePasses = int64_t(1) << 20;
+/// Work of one `auto` search: each memory estimate and each step bound of a candidate costs
+/// one unit per transformer block, each simulated step one per forward and backward pass, about
+/// what they take. 2^26 units took 4 s of one core on the 2-core machine; the spaces of
+/// bench/search.sh take a sixth of it, every field auto at the size limits (4096 blocks, 2^17
+/// ranks) five times it.
+inline constexpr int64_t MaxSearchWork = int64_t(1) << 26;
 /// Arrays and objects nested in a JSON file parc or parrun reads (a plan, a manifest, a
 /// Hugging Face config): deeper than any of them is written.
 inline constexpr int64_t MaxJSONDepth = 64;
