@@ -157,6 +157,23 @@ void Communicator::allGather(Group group, ElementType type, const void *input, v
     copyLocal(output, input, countPerMember * sizeOf(type));
 }
 
+void Communicator::allToAll(Group group, ElementType type, const void *input,
+                            ArrayRef<size_t> sendCounts, void *output,
+                            ArrayRef<size_t> recvCounts) {
+  GroupCall call = locate(group, "all_to_all");
+  if (sendCounts.size() != group.size() || recvCounts.size() != group.size())
+    fail(describe("all_to_all", group) + ": " + std::to_string(sendCounts.size()) + " send and " +
+         std::to_string(recvCounts.size()) + " receive counts for a group of " +
+         std::to_string(group.size()));
+  if (group.size() > 1)
+    return allToAllImpl(call, type, input, sendCounts, output, recvCounts);
+  if (sendCounts[0] != recvCounts[0])
+    fail(describe("all_to_all", group) + ": sends itself " + std::to_string(sendCounts[0]) +
+         " elements but expects " + std::to_string(recvCounts[0]));
+  if (sendCounts[0])
+    copyLocal(output, input, sendCounts[0] * sizeOf(type));
+}
+
 void Communicator::exchange(ArrayRef<Transfer> transfers) {
   checkNotFailed([&] { return describe(transfers); });
   for (const Transfer &transfer : transfers) {

@@ -177,6 +177,49 @@ private:
     finish(group, records, what);
   }
 
+  /// The folder copies every member's parts; the counts travel beside the records so that
+  /// each receiver's expectation is checked against its sender's.
+  void allToAllImpl(GroupCall group, ElementType type, const void *input,
+                    ArrayRef<size_t> sendCounts, void *output,
+                    ArrayRef<size_t> recvCounts) override {
+    std::string what = describe("all_to_all", group.ranks);
+    size_t members = group.ranks.size(), size = sizeOf(type);
+    std::vector<double> mine;
+    for (ArrayRef<size_t> counts : {sendCounts, recvCounts})
+      for (size_t count : counts)
+        mine.push_back(double(count));
+    std::vector<double> counts(2 * members * members);
+    host.allGather(group.ranks, mine.data(), counts.data(), 2 * members);
+    auto sent = [&](size_t from, size_t to) { return size_t(counts[from * 2 * members + to]); };
+    auto expected = [&](size_t at, size_t from) {
+      return size_t(counts[at * 2 * members + members + from]);
+    };
+    for (size_t i = 0; i < members; ++i)
+      if (sent(i, group.position) != recvCounts[i])
+        fail(what + ": rank " + std::to_string(group.ranks[i]) + " sends " +
+             std::to_string(sent(i, group.position)) + " elements but " +
+             std::to_string(recvCounts[i]) + " were expected");
+    Record record{handle(input), handle(output), 0, 0, 0, int64_t(type), 0};
+    std::vector<Record> records = meet(group, record, "all_to_all", false, what);
+    if (group.position == 0)
+      for (size_t to = 0; to < members; ++to) {
+        size_t at = 0;
+        for (size_t from = 0; from < members; ++from) {
+          size_t offset = 0;
+          for (size_t j = 0; j < to; ++j)
+            offset += sent(from, j);
+          if (size_t n = expected(to, from))
+            PARC_COMM_CUDA_CHECK(
+                cudaMemcpyAsync(pointer<char *>(records[to].output) + at * size,
+                                pointer<const char *>(records[from].input) + offset * size,
+                                n * size, cudaMemcpyDeviceToDevice, foldStream),
+                what);
+          at += expected(to, from);
+        }
+      }
+    finish(group, records, what);
+  }
+
   void exchangeImpl(ArrayRef<Transfer> transfers) override {
     std::string what = describe(transfers);
     beginCall(computeStream(), what);

@@ -41,7 +41,7 @@ using comm::Clock;
 using comm::deadlineAfter;
 using comm::formatSeconds;
 
-enum class CollectiveKind { AllReduce, ReduceScatter, AllGather, Barrier, Agree };
+enum class CollectiveKind { AllReduce, ReduceScatter, AllGather, AllToAll, Barrier, Agree };
 
 StringRef spelling(CollectiveKind kind) {
   switch (kind) {
@@ -51,6 +51,8 @@ StringRef spelling(CollectiveKind kind) {
     return "reduce_scatter";
   case CollectiveKind::AllGather:
     return "all_gather";
+  case CollectiveKind::AllToAll:
+    return "all_to_all";
   case CollectiveKind::Barrier:
     return "barrier";
   case CollectiveKind::Agree:
@@ -74,7 +76,9 @@ struct Signature {
     std::string text = spelling(kind).str();
     if (kind == CollectiveKind::AllReduce || kind == CollectiveKind::ReduceScatter)
       text += " (" + spelling(op).str() + ")";
-    if (kind != CollectiveKind::Barrier && kind != CollectiveKind::Agree)
+    if (kind == CollectiveKind::AllToAll)
+      text += " of " + spelling(type).str();
+    else if (kind != CollectiveKind::Barrier && kind != CollectiveKind::Agree)
       text += " of " + std::to_string(count) + " x " + spelling(type).str();
     return text;
   }
@@ -85,6 +89,7 @@ struct Slot {
   int64_t firstRank = -1;
   std::vector<std::vector<char>> inputs; // by position
   std::vector<std::string> strings;      // agree, by position
+  std::vector<std::vector<size_t>> counts; // all_to_all: each member's send counts
   std::vector<bool> present;
   size_t arrivals = 0, departures = 0;
   bool complete = false;
@@ -272,7 +277,8 @@ private:
   /// Contributes `input` (or `text`, for agree) to the group's next collective and returns the
   /// completed slot; the caller copies its result out and then calls depart().
   Slot &meet(GroupCall group, const Signature &signature, const void *input, size_t inputBytes,
-             StringRef text, std::pair<std::vector<int64_t>, uint64_t> &key) {
+             StringRef text, std::pair<std::vector<int64_t>, uint64_t> &key,
+             ArrayRef<size_t> counts = {}) {
     key.first.assign(group.ranks.begin(), group.ranks.end());
     key.second = nextSequence[key.first]++;
     std::string what = describe(spelling(signature.kind),
@@ -291,6 +297,7 @@ private:
       slot.firstRank = myRank;
       slot.inputs.resize(members);
       slot.strings.resize(members);
+      slot.counts.resize(members);
       slot.present.assign(members, false);
     } else if (!(slot.signature == signature)) {
       failLocked("mismatched collectives over group " + formatGroup(group.ranks) + ": rank " +
@@ -300,6 +307,7 @@ private:
     }
     slot.inputs[group.position] = std::move(copy);
     slot.strings[group.position] = text.str();
+    slot.counts[group.position].assign(counts.begin(), counts.end());
     slot.present[group.position] = true;
     if (++slot.arrivals < members) {
       wait(
@@ -353,6 +361,7 @@ private:
       for (const std::vector<char> &input : slot.inputs)
         slot.result.insert(slot.result.end(), input.begin(), input.end());
       return;
+    case CollectiveKind::AllToAll: // each member reads its parts out of the inputs
     case CollectiveKind::Barrier:
     case CollectiveKind::Agree:
       return;
@@ -389,6 +398,38 @@ private:
     if (partBytes)
       std::memcpy(output, slot.result.data(), partBytes * group.ranks.size());
     depart(key, group.ranks.size());
+  }
+
+  void allToAllImpl(GroupCall group, ElementType type, const void *input,
+                    ArrayRef<size_t> sendCounts, void *output,
+                    ArrayRef<size_t> recvCounts) override {
+    size_t size = sizeOf(type), members = group.ranks.size(), total = 0;
+    for (size_t count : sendCounts)
+      total += count;
+    std::pair<std::vector<int64_t>, uint64_t> key;
+    Slot &slot = meet(group, {CollectiveKind::AllToAll, ReduceOp::Sum, type, 0}, input,
+                      total * size, "", key, sendCounts);
+    std::string problem;
+    char *out = static_cast<char *>(output);
+    for (size_t i = 0; i < members && problem.empty(); ++i) {
+      const std::vector<size_t> &theirs = slot.counts[i];
+      size_t offset = 0;
+      for (size_t j = 0; j < group.position; ++j)
+        offset += theirs[j];
+      if (theirs[group.position] != recvCounts[i]) {
+        problem = describe("all_to_all", group.ranks) + ": rank " +
+                  std::to_string(group.ranks[i]) + " sends " +
+                  std::to_string(theirs[group.position]) + " elements but " +
+                  std::to_string(recvCounts[i]) + " were expected";
+        break;
+      }
+      if (recvCounts[i])
+        std::memcpy(out, slot.inputs[i].data() + offset * size, recvCounts[i] * size);
+      out += recvCounts[i] * size;
+    }
+    depart(key, members);
+    if (!problem.empty())
+      fail(problem);
   }
 
   void barrierImpl(GroupCall group) override {

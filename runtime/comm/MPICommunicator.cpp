@@ -12,6 +12,8 @@
 //    rather than pipelined chunks, and holds an n-element scratch buffer.
 //  * reduce_scatter: one MPI_Ialltoall and the fold, (g - 1) n / g elements each way.
 //  * all_gather: MPI_Iallgather; barrier: MPI_Ibarrier; agree: two MPI_Iallgather(v).
+//  * all_to_all: an MPI_Ialltoall of the counts, which every receiver checks against its
+//    own, then MPI_Ialltoallv of the data.
 //  * send/recv: MPI_Isend/MPI_Irecv on a duplicate of MPI_COMM_WORLD.
 // Each call posts non-blocking operations and polls them with MPI_Testsome until its deadline,
 // so a call that waits on a rank that never comes throws a CommError naming what it waited
@@ -352,6 +354,38 @@ void MPICommunicator::allGatherImpl(GroupCall group, ElementType type, const voi
     send = MPI_IN_PLACE;
   MPI_Request request;
   MPI_Iallgather(send, count, mpiType(type), output, count, mpiType(type), comm, &request);
+  impl->complete(request, deadline, timeoutSeconds(), [&](auto) { return what; });
+}
+
+void MPICommunicator::allToAllImpl(GroupCall group, ElementType type, const void *input,
+                                   ArrayRef<size_t> sendCounts, void *output,
+                                   ArrayRef<size_t> recvCounts) {
+  Clock::time_point deadline = deadlineAfter(timeoutSeconds());
+  std::string what = describe("all_to_all", group.ranks);
+  MPI_Comm comm = impl->groupCommunicator(group.ranks, timeoutSeconds());
+  size_t members = group.ranks.size();
+  std::vector<int> sends(members), sendOffsets(members), recvs(members), recvOffsets(members),
+      announced(members);
+  size_t sendTotal = 0, recvTotal = 0;
+  for (size_t j = 0; j < members; ++j) {
+    sends[j] = impl->toMPICount(sendCounts[j], what);
+    recvs[j] = impl->toMPICount(recvCounts[j], what);
+    sendOffsets[j] = impl->toMPICount(sendTotal, what);
+    recvOffsets[j] = impl->toMPICount(recvTotal, what);
+    sendTotal += sendCounts[j];
+    recvTotal += recvCounts[j];
+  }
+  MPI_Request request;
+  MPI_Ialltoall(sends.data(), 1, MPI_INT, announced.data(), 1, MPI_INT, comm, &request);
+  impl->complete(request, deadline, timeoutSeconds(),
+                 [&](auto) { return what + " (exchanging the counts)"; });
+  for (size_t j = 0; j < members; ++j)
+    if (announced[j] != recvs[j])
+      fail(what + ": rank " + std::to_string(group.ranks[j]) + " sends " +
+           std::to_string(announced[j]) + " elements but " + std::to_string(recvs[j]) +
+           " were expected");
+  MPI_Ialltoallv(input, sends.data(), sendOffsets.data(), mpiType(type), output, recvs.data(),
+                 recvOffsets.data(), mpiType(type), comm, &request);
   impl->complete(request, deadline, timeoutSeconds(), [&](auto) { return what; });
 }
 

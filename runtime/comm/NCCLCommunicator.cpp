@@ -344,6 +344,46 @@ void NCCLCommunicator::allGatherImpl(GroupCall group, ElementType type, const vo
   endCall(impl->stream, what);
 }
 
+void NCCLCommunicator::allToAllImpl(GroupCall group, ElementType type, const void *input,
+                                    ArrayRef<size_t> sendCounts, void *output,
+                                    ArrayRef<size_t> recvCounts) {
+  std::string what = describe("all_to_all", group.ranks);
+  size_t self = group.position, size = sizeOf(type);
+  if (sendCounts[self] != recvCounts[self])
+    fail(what + ": sends itself " + std::to_string(sendCounts[self]) + " elements but expects " +
+         std::to_string(recvCounts[self]));
+  beginCall(impl->stream, what);
+  ncclComm_t comm = impl->group(group, what);
+  const char *in = static_cast<const char *>(input);
+  char *out = static_cast<char *>(output);
+  size_t sendOffset = 0, recvOffset = 0, selfSend = 0, selfRecv = 0;
+  impl->checkNccl(ncclGroupStart(), "ncclGroupStart", what);
+  for (size_t j = 0; j < group.ranks.size(); ++j) {
+    int peer = static_cast<int>(j);
+    if (j == self) {
+      selfSend = sendOffset;
+      selfRecv = recvOffset;
+    } else {
+      if (sendCounts[j])
+        impl->checkNccl(ncclSend(in + sendOffset * size, sendCounts[j], ncclType(type), peer, comm,
+                                 impl->stream),
+                        "ncclSend", what, comm);
+      if (recvCounts[j])
+        impl->checkNccl(ncclRecv(out + recvOffset * size, recvCounts[j], ncclType(type), peer,
+                                 comm, impl->stream),
+                        "ncclRecv", what, comm);
+    }
+    sendOffset += sendCounts[j];
+    recvOffset += recvCounts[j];
+  }
+  impl->checkNccl(ncclGroupEnd(), "ncclGroupEnd", what, comm);
+  if (sendCounts[self])
+    checkCuda(cudaMemcpyAsync(out + selfRecv * size, in + selfSend * size, sendCounts[self] * size,
+                              cudaMemcpyDeviceToDevice, impl->stream),
+              "cudaMemcpyAsync", what);
+  endCall(impl->stream, what);
+}
+
 void NCCLCommunicator::exchangeImpl(ArrayRef<Transfer> transfers) {
   std::string what = describe(transfers);
   beginCall(impl->stream, what);

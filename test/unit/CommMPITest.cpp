@@ -103,6 +103,26 @@ template <typename T> void checkReduceScatterAndAllGather() {
   }
 }
 
+template <typename T> void checkAllToAll() {
+  for (size_t g = 0; g < Groups.size(); ++g) {
+    size_t position = positionIn(Groups[g], comm->rank());
+    if (position == Groups[g].size())
+      continue;
+    for (uint64_t seed : {0, 1, 2}) {
+      AllToAllCase c{Groups[g], seed + g * 10};
+      std::vector<T> input = c.input<T>(position), expected = c.expected<T>(position);
+      std::vector<T> output(expected.size(), T(-1));
+      comm->allToAll(Groups[g], ElementTypeOf<T>::value, input.data(), c.sendCounts(position),
+                     output.data(), c.recvCounts(position));
+      EXPECT_TRUE(bitwiseEqual(output, expected))
+          << "all_to_all, rank " << comm->rank() << " group " << formatGroup(Groups[g]);
+    }
+  }
+}
+
+TEST(MPIComm, AllToAllF64) { checkAllToAll<double>(); }
+TEST(MPIComm, AllToAllF32) { checkAllToAll<float>(); }
+
 TEST(MPIComm, ReduceScatterAndAllGatherF64) { checkReduceScatterAndAllGather<double>(); }
 TEST(MPIComm, ReduceScatterAndAllGatherF32) { checkReduceScatterAndAllGather<float>(); }
 

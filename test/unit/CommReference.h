@@ -51,6 +51,47 @@ std::vector<T> serialGather(llvm::ArrayRef<int64_t> group, size_t part, uint64_t
   return gathered;
 }
 
+/// An all-to-all between the members of `group`: member i sends member j
+/// countOf(i, j) elements (zero for some pairs, itself included), its whole input being
+/// inputOf(member i, the sum over j, seed) in member order.
+struct AllToAllCase {
+  llvm::ArrayRef<int64_t> group;
+  uint64_t seed;
+
+  size_t countOf(size_t from, size_t to) const { return (from * 7 + to * 3 + seed) % 5 * 3; }
+  std::vector<size_t> sendCounts(size_t from) const {
+    std::vector<size_t> counts;
+    for (size_t to = 0; to < group.size(); ++to)
+      counts.push_back(countOf(from, to));
+    return counts;
+  }
+  std::vector<size_t> recvCounts(size_t to) const {
+    std::vector<size_t> counts;
+    for (size_t from = 0; from < group.size(); ++from)
+      counts.push_back(countOf(from, to));
+    return counts;
+  }
+  template <typename T> std::vector<T> input(size_t from) const {
+    std::vector<size_t> counts = sendCounts(from);
+    size_t total = 0;
+    for (size_t count : counts)
+      total += count;
+    return inputOf<T>(group[from], total, seed);
+  }
+  /// What member `to` receives: each sender's part for it, senders in member order.
+  template <typename T> std::vector<T> expected(size_t to) const {
+    std::vector<T> out;
+    for (size_t from = 0; from < group.size(); ++from) {
+      std::vector<T> in = input<T>(from);
+      size_t offset = 0;
+      for (size_t j = 0; j < to; ++j)
+        offset += countOf(from, j);
+      out.insert(out.end(), in.begin() + offset, in.begin() + offset + countOf(from, to));
+    }
+    return out;
+  }
+};
+
 template <typename T> bool bitwiseEqual(const std::vector<T> &a, const std::vector<T> &b) {
   return a.size() == b.size() &&
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);

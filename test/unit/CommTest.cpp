@@ -151,6 +151,30 @@ template <typename T> void checkAllGather(int64_t world) {
 TEST_P(LocalCollectives, AllGatherF64) { checkAllGather<double>(GetParam()); }
 TEST_P(LocalCollectives, AllGatherF32) { checkAllGather<float>(GetParam()); }
 
+template <typename T> void checkAllToAll(int64_t world) {
+  LocalWorld local(world, {20});
+  std::vector<std::vector<int64_t>> groups = groupsOf(world);
+  expectAllSucceeded(local.run([&](Communicator &comm) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      size_t position = positionIn(groups[g], comm.rank());
+      if (position == groups[g].size())
+        continue;
+      for (uint64_t seed : {0, 1, 2}) {
+        AllToAllCase c{groups[g], seed + g * 10};
+        std::vector<T> input = c.input<T>(position), expected = c.expected<T>(position);
+        std::vector<T> output(expected.size(), T(-1));
+        comm.allToAll(groups[g], ElementTypeOf<T>::value, input.data(), c.sendCounts(position),
+                      output.data(), c.recvCounts(position));
+        EXPECT_TRUE(bitwiseEqual(output, expected))
+            << "group " << formatGroup(groups[g]) << " seed " << seed << " rank " << comm.rank();
+      }
+    }
+  }));
+}
+
+TEST_P(LocalCollectives, AllToAllF64) { checkAllToAll<double>(GetParam()); }
+TEST_P(LocalCollectives, AllToAllF32) { checkAllToAll<float>(GetParam()); }
+
 TEST_P(LocalCollectives, BarrierAndAgree) {
   int64_t world = GetParam();
   LocalWorld local(world, {20});
@@ -378,6 +402,20 @@ TEST(LocalComm, MismatchedCollectivesFail) {
                           "(collective 0 of this group)";
   // Whichever rank arrives second reports; the first is woken by it.
   EXPECT_TRUE(errors[0] == expected1 || errors[1] == expected0) << errors[0] << errors[1];
+}
+
+TEST(LocalComm, AllToAllWithMismatchedCountsFails) {
+  // Rank 1 expects 3 elements from rank 0, which sends it 2.
+  LocalWorld local(2, {5});
+  std::vector<std::string> errors = local.run([&](Communicator &comm) {
+    std::vector<double> input(4, 1.0), output(5, 0.0);
+    std::vector<size_t> send = {2, 2}, recv = comm.rank() == 0 ? std::vector<size_t>{2, 2}
+                                                                : std::vector<size_t>{3, 2};
+    comm.allToAll(std::vector<int64_t>{0, 1}, ElementType::F64, input.data(), send,
+                  output.data(), recv);
+  });
+  EXPECT_NE(errors[1].find("rank 0 sends 2 elements but 3 were expected"), std::string::npos)
+      << errors[1];
 }
 
 TEST(LocalComm, MismatchedMessageFails) {

@@ -118,6 +118,13 @@ public:
   /// `input` may be the caller's own part of `output` (ZeRO's gather of a partition in place).
   void allGather(Group group, ElementType type, const void *input, void *output,
                  size_t countPerMember);
+  /// Member i sends sendCounts[j] elements to member j and receives recvCounts[j] from it:
+  /// `input` holds the parts for members 0, 1, ... back to back, and `output` receives them
+  /// the same way (MPI_Alltoallv with packed displacements). Member i's sendCounts[j] must be
+  /// member j's recvCounts[i]; a mismatch is a CommError. The expert-parallel token exchange.
+  void allToAll(Group group, ElementType type, const void *input,
+                llvm::ArrayRef<size_t> sendCounts, void *output,
+                llvm::ArrayRef<size_t> recvCounts);
   /// Posts every transfer of a run at once and returns when all completed, as the plan's
   /// "maximal run of consecutive transfers" demands: a send never waits for its receive before
   /// the next transfer is posted, so two neighbours that both send first do not deadlock.
@@ -157,6 +164,11 @@ public:
   void allGather(Group group, const T *input, T *output, size_t countPerMember) {
     allGather(group, ElementTypeOf<T>::value, input, output, countPerMember);
   }
+  template <typename T>
+  void allToAll(Group group, const T *input, llvm::ArrayRef<size_t> sendCounts, T *output,
+                llvm::ArrayRef<size_t> recvCounts) {
+    allToAll(group, ElementTypeOf<T>::value, input, sendCounts, output, recvCounts);
+  }
   template <typename T> void send(int64_t peer, int64_t tag, const T *data, size_t count) {
     exchange({Transfer::send(peer, tag, data, count)});
   }
@@ -187,6 +199,9 @@ private:
                                  void *output, size_t countPerMember) = 0;
   virtual void allGatherImpl(GroupCall group, ElementType type, const void *input, void *output,
                              size_t countPerMember) = 0;
+  virtual void allToAllImpl(GroupCall group, ElementType type, const void *input,
+                            llvm::ArrayRef<size_t> sendCounts, void *output,
+                            llvm::ArrayRef<size_t> recvCounts) = 0;
   virtual void exchangeImpl(llvm::ArrayRef<Transfer> transfers) = 0;
   virtual void barrierImpl(GroupCall group) = 0;
   virtual std::vector<std::string> agreeImpl(llvm::StringRef mine) = 0;
@@ -248,6 +263,9 @@ private:
                          void *output, size_t countPerMember) override;
   void allGatherImpl(GroupCall group, ElementType type, const void *input, void *output,
                      size_t countPerMember) override;
+  void allToAllImpl(GroupCall group, ElementType type, const void *input,
+                    llvm::ArrayRef<size_t> sendCounts, void *output,
+                    llvm::ArrayRef<size_t> recvCounts) override;
   void exchangeImpl(llvm::ArrayRef<Transfer> transfers) override;
   void barrierImpl(GroupCall group) override;
   std::vector<std::string> agreeImpl(llvm::StringRef mine) override;

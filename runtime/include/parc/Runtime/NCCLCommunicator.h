@@ -13,6 +13,9 @@
 // shares the folded parts. Each rank moves 2 (g - 1) n / g elements per all-reduce, as a
 // ring all-reduce does, in g - 1 messages per phase, with an n-element scratch buffer.
 //
+// all_to_all is one group of ncclSend/ncclRecv to every other member (Megatron-Core's token
+// dispatcher does the same); NCCL cannot see a count that differs from its peer's.
+//
 // NCCL has no tags: between two ranks, sends and receives pair up in the order they are
 // posted. exchange() posts one run's transfers to each peer in tag order, so runs whose tags
 // both sides post in the same order (the plan's transfers, one per chunk and microbatch)
@@ -67,6 +70,9 @@ private:
                          void *output, size_t countPerMember) override;
   void allGatherImpl(GroupCall group, ElementType type, const void *input, void *output,
                      size_t countPerMember) override;
+  void allToAllImpl(GroupCall group, ElementType type, const void *input,
+                    llvm::ArrayRef<size_t> sendCounts, void *output,
+                    llvm::ArrayRef<size_t> recvCounts) override;
   void exchangeImpl(llvm::ArrayRef<Transfer> transfers) override;
   void barrierImpl(GroupCall group) override;
   std::vector<std::string> agreeImpl(llvm::StringRef mine) override;
