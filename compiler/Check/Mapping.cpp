@@ -12,27 +12,10 @@
 
 namespace parc {
 
-/// Megatron-Core builds both grids from one order string, which names ep whenever ep > 1. The
-/// three-axis orders of .par files leave ep out: ep then takes the digit just below dp, the
-/// fastest-varying part of dp x cp's expert share, as the default tp-cp-ep-dp-pp places it.
-static RankOrder expertOrder(const RankOrder &order) {
-  if (order.names(Axis::EP))
-    return order;
-  std::vector<Axis> named;
-  for (Axis a : order.namedAxes()) {
-    if (a == Axis::DP)
-      named.push_back(Axis::EP);
-    named.push_back(a);
-  }
-  if (!order.names(Axis::DP))
-    named.push_back(Axis::EP);
-  return RankOrder(named);
-}
-
 RankLayout::RankLayout(int64_t tp, int64_t pp, int64_t dp, const RankOrder &order,
                        int64_t gpusPerNode, int64_t cp, int64_t ep)
     : grid(axisSizes(tp, cp, 1, dp, pp), order),
-      expertGrid(axisSizes(tp, 1, ep, dp * cp / ep, pp), expertOrder(order)),
+      expertGrid(parc::expertGrid(tp, cp, ep, dp, pp, order)),
       gpusPerNode(gpusPerNode) {}
 
 int64_t RankLayout::rankOf(Coords c) const {

@@ -26,11 +26,18 @@ inline Attrs groupDimAttrs(plan::Group group, int64_t dim) {
 inline const Attrs linearAttrs = {{"trans_a", false}, {"trans_b", true}};
 
 /// What a mixture-of-experts MLP's backward reads (MoELowering.cpp).
+/// With ep > 1 the rows cross the ep group twice: `rows` leave for the members holding their
+/// experts (`counts` per member and expert), arrive as `expertRows` (`routing`: the rows per
+/// sending member and local expert), and the experts' outputs `expertOut` come back as
+/// `down`. With ep = 1 the expert side is the token side and `routing` the logits.
 struct MoEActivations {
   std::string logits;                 // the router's [seq, batch, experts]
   std::string rows;                   // the tokens' rows dispatched to the experts
+  std::string counts;                 // ep > 1: rows per (ep member, its expert) sent
+  std::string expertRows, routing;    // the rows the experts multiply, and their grouping
   std::string gate, up, activated;    // the experts' MLP over those rows
-  std::string down;                   // the experts' outputs, before the combine
+  std::string expertOut;              // the experts' outputs where they were computed
+  std::string down;                   // the experts' outputs at their tokens, before the combine
   std::string sharedGate, sharedUp, sharedActivated; // the shared experts'
 };
 
@@ -138,6 +145,10 @@ private:
   /// dispatch, the router and the shared experts.
   void moeInputBackward(int64_t block, const BlockDims &dims, const BlockActivations &saved,
                         const std::string &dRows, const std::string &dLogits);
+  /// Expert parallelism: rows `x` to the ep group's members in the blocks `counts` gives
+  /// into `y` of `rows` rows; returns the counts of the blocks `y` received.
+  std::string exchangeRows(const std::string &x, const std::string &counts, const std::string &y,
+                           int64_t rows, int64_t width, int64_t localExperts);
   /// The tensor a block's MLP half ends in: the second operand of its residual add.
   static std::string mlpOutputName(int64_t block, const BlockDims &dims) {
     return blockName(block, !dims.moe.enabled()   ? "mlp.down"

@@ -455,7 +455,7 @@ std::vector<LoweredUnit> groupUnits(const std::vector<plan::ParamShard> &params)
       unit.kind = ParamUnitKind::FinalNorm;
     else if (!name.consume_front("block.") || name.consumeInteger(10, unit.block))
       llvm_unreachable("a parameter outside every ZeRO unit");
-    else if (name.startswith(".moe.experts."))
+    else if (isExpertParam(shard.name))
       unit.kind = ParamUnitKind::Experts;
     // The tied embedding's copy beside the head is the last stage's head unit.
     if (unit.kind == ParamUnitKind::WordEmbedding && !units.empty())

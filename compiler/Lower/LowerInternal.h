@@ -31,7 +31,8 @@ inline std::map<std::string, plan::AttrValue> ropeAttrs(int64_t heads, int64_t o
                                                         double theta) {
   return {{"heads", heads}, {"offset", offset}, {"theta", theta}};
 }
-/// tp, pp, dp and cp as the plan names their groups (ep has no group before expert parallelism).
+/// tp, pp, dp and cp as the plan names their groups (ep and expert_dp are groups of the
+/// expert grid, no axis of the dense one).
 plan::Group toPlan(Axis axis);
 
 /// What every rank's lowering reads from the job, derived once.
@@ -52,6 +53,8 @@ struct Job {
   /// The group gradients are reduced over and ZeRO shards over: dp, or dp_cp with cp > 1.
   plan::Group gradGroup;
   int64_t gradRanks;
+  /// Expert parallelism (MoE blocks): each ep rank holds experts / ep of every MoE block.
+  int64_t ep;
 
   int64_t virtualStages() const { return pipeline.virtualStages(); }
   /// Sequence rows of the activations between tensor-parallel regions: split over the tp
@@ -99,6 +102,14 @@ void addBlockParams(const Job &job, int64_t block, int64_t tpRank,
 /// gets its own copy of the word embedding.
 void addHeadParams(const Job &job, int64_t tpRank, bool ownsEmbedding,
                    std::vector<plan::ParamShard> &out);
+/// Whether `name` is a MoE block's stacked experts ("block.3.moe.experts.up.weight").
+bool isExpertParam(llvm::StringRef name);
+/// A chunk's shards as ep rank `epRank` holds them: its experts / ep experts of every MoE
+/// block (chunks are lowered as ep rank 0), and, when the dense gradients stay whole on every
+/// rank (no ZeRO partition), the dense shards enter the gradient norm on ep rank 0 only, so
+/// that the norm's sum over the ep group counts them once.
+void placeOnExpertRank(const Job &job, int64_t epRank,
+                       llvm::MutableArrayRef<plan::ParamShard> shards);
 
 /// A ZeRO unit (ZeroPolicy.h) of a chunk: its kind and size, and the names of its shards.
 struct LoweredUnit {

@@ -50,6 +50,7 @@ plan::ParallelSummary parallelSummary(const Program &program, const Mapping &map
   s.pp = mapping.pp;
   s.dp = mapping.dp;
   s.cp = mapping.cp;
+  s.ep = mapping.ep;
   // A size-1 cp sits where Megatron-Core's default puts it, right after tp, wherever the order
   // named it: orders that differ only there are one layout, and their plans are one plan.
   s.order.clear();
@@ -131,7 +132,10 @@ public:
     const StageMemory &stage = memory.stages[size_t(coords.pp)];
     plan.predictedMemory = {std::llround(stage.weights + stage.gathered),
                             std::llround(stage.grads + stage.gradBuffers),
-                            std::llround(stage.optimizer), std::llround(stage.activations),
+                            std::llround(stage.optimizer),
+                            // Dropless, the plans hold the all-to-all's worst case, whatever
+                            // the router does.
+                            std::llround(stage.activations + stage.expertWorstCase),
                             std::llround(stage.reserve)};
     plan.groups.tp = layout.tpGroup(rank);
     plan.groups.pp = layout.ppGroup(rank);
@@ -139,6 +143,8 @@ public:
     plan.groups.model = layout.modelGroup(rank);
     plan.groups.cp = layout.cpGroup(rank);
     plan.groups.dpCp = layout.dpCpGroup(rank);
+    plan.groups.ep = layout.epGroup(rank);
+    plan.groups.expertDp = layout.expertDataGroup(rank);
     // RankLayout gives every rank of a pipeline its ends; only the ends are members.
     if (coords.pp == 0 || coords.pp == job.pp - 1)
       plan.groups.embedding = layout.embeddingGroup(rank, job.tiedHead);
@@ -151,7 +157,10 @@ public:
     for (int64_t c = 0; c < job.mapping.chunks; ++c) {
       const lower::LoweredChunk &lowered = chunkFor(c * job.pp + coords.pp, coords.tp, coords.cp);
       plan.chunks.push_back(lowered.chunk);
+      size_t first = plan.params.size();
       plan.params.insert(plan.params.end(), lowered.params.begin(), lowered.params.end());
+      lower::placeOnExpertRank(job, layout.epRankOf(rank),
+                               llvm::MutableArrayRef<plan::ParamShard>(plan.params).drop_front(first));
       std::vector<std::string> &names = inputs.chunkParams.emplace_back();
       for (const plan::ParamShard &shard : lowered.params)
         names.push_back(shard.name);
@@ -230,9 +239,10 @@ bool usesMLP(const ModelSpec &model, MLPKind kind) {
 } // namespace
 
 namespace {
-/// Mixture-of-experts blocks are lowered on one expert-parallel rank (expert tensor
-/// parallelism = tp), without context parallelism, and dropless; other mappings are checked and estimated but not run.
-/// A refused axis is reported once, at its field, with a note at the first MoE layer.
+/// Mixture-of-experts blocks are lowered with expert tensor parallelism = tp, without context
+/// parallelism, dropless, and with ep > 1 under ZeRO 0 or 1 only; other mappings are checked
+/// and estimated but not run. A refused setting is reported once, at its field, with a note
+/// at the first MoE layer.
 bool checkMoELowerable(const Program &program, const Mapping &mapping, DiagnosticEngine &diags) {
   const ModelSpec &m = program.model;
   auto first = llvm::find_if(m.layers, [](const LayerGroup &g) {
@@ -240,21 +250,34 @@ bool checkMoELowerable(const Program &program, const Mapping &mapping, Diagnosti
   });
   if (first == m.layers.end())
     return true;
+  // A plan's parallel.order names tp, cp, dp and pp only, from which the plan verifier puts
+  // ep just below dp (expertOrder); an order that puts it elsewhere has no plan spelling.
+  std::vector<Axis> dense;
+  for (Axis a : mapping.layout.grid.order().namedAxes())
+    if (a != Axis::EP)
+      dense.push_back(a);
+  const bool epPlaced = mapping.layout.expertGrid.order() == expertOrder(RankOrder(dense)) ||
+                        mapping.ep == 1;
   const struct {
-    int64_t size;
-    const char *axis, *why;
-  } axes[] = {
-      {mapping.ep, "ep", "expert parallelism is not run yet: parrun has no token all-to-all"},
-      {mapping.cp, "cp", "under context parallelism the router's load-balancing loss would see "
-                         "part of each sequence"},
+    bool refused;
+    const char *field, *why;
+  } refusals[] = {
+      {mapping.cp > 1, "cp",
+       "under context parallelism the router's load-balancing loss would see part of each "
+       "sequence; plans of MoE models need cp = 1"},
+      {mapping.ep > 1 && program.parallel.zero >= 2, "zero",
+       "ZeRO 2 and 3 are not run with expert parallelism: parrun shards the experts' states "
+       "over expert_dp with ZeRO 1 only; use zero = 0 or 1, or ep = 1"},
+      {!epPlaced, "order",
+       "an order that places ep other than just below dp cannot be written to a plan, whose "
+       "parallel.order names tp, cp, dp and pp; leave ep out of the order"},
   };
   bool ok = true;
-  for (const auto &a : axes)
-    if (a.size > 1) {
-      diags.error(program.rangeOf(std::string("parallel.") + a.axis, program.parallel.headerRange),
-                  std::string(a.axis) + " = " + std::to_string(a.size) +
-                      " cannot be planned for mixture-of-experts layers: " + a.why +
-                      "; plans of MoE models need " + a.axis + " = 1");
+  for (const auto &r : refusals)
+    if (r.refused) {
+      diags.error(program.rangeOf(std::string("parallel.") + r.field, program.parallel.headerRange),
+                  std::string(r.field) + " cannot be planned for mixture-of-experts layers " +
+                      "here: " + r.why);
       diags.note(first->range, "layer '" + first->name + "' has " +
                                    std::to_string(first->moe.experts) + " experts");
       ok = false;

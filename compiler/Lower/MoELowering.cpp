@@ -1,10 +1,18 @@
 //===- MoELowering.cpp - The op lists of a mixture-of-experts MLP ---------===//
 //
-// Megatron-Core's MoE layer as explicit ops, on one expert-parallel rank (ep = 1, which
-// checkLowerable requires): the router's logits, the tokens' rows dispatched to their top_k
-// experts (grouped by expert), each expert's MLP over its rows, the rows combined back per
-// token weighted by the router, and the shared experts as a dense MLP beside them. Every MoE
-// op routes from the logits itself, so no routing table is a tensor of the plan.
+// Megatron-Core's MoE layer as explicit ops: the router's logits, the tokens' rows dispatched
+// to their top_k experts (grouped by expert), each expert's MLP over its rows, the rows
+// combined back per token weighted by the router, and the shared experts as a dense MLP
+// beside them. Every MoE op routes from the logits itself, so no routing table is a tensor
+// of the plan.
+//
+// Expert parallelism (ep > 1, the experts split over the ep group, experts / ep each): the
+// dispatched rows are grouped by expert, so the rows for each ep member's experts are one
+// block; moe_counts counts them per (member, expert) and an all_to_all over ep moves them
+// (dropless: the counts are exchanged first, the receive buffer holds the worst case). The
+// experts multiply the rows they received in blocks per (sender, expert), a second
+// all_to_all returns the outputs in the blocks they came in, and the combine proceeds on the
+// token's own rank as with ep = 1. The backward runs both exchanges transposed.
 //
 // Expert tensor parallelism is tp (Megatron-Core's default): every tp rank sees the whole
 // sequence (ln2's output, all-gathered under sequence parallelism) and the same router, so
@@ -31,7 +39,25 @@ Attrs combineAttrs(const MoESpec &moe) {
 std::string expertWeight(int64_t block, llvm::StringRef leaf) {
   return blockName(block, "moe.experts." + leaf.str() + ".weight");
 }
+/// The rows a rank's experts multiply per microbatch: its own tokens' top_k rows with ep = 1;
+/// with ep > 1 the all-to-all's buffer, which dropless routing fills at most with every
+/// token of the ep group that routes to min(top_k, experts / ep) of the rank's experts
+/// (MemoryModel's ExpertRows::bound).
+int64_t expertRowsOf(const Job &job, const MoESpec &moe) {
+  const int64_t tokens = job.seq * job.microBatch;
+  return job.ep == 1 ? tokens * moe.topK
+                     : job.ep * tokens * std::min(moe.topK, moe.experts / job.ep);
+}
 } // namespace
+
+std::string ChunkLowerer::exchangeRows(const std::string &x, const std::string &counts,
+                                       const std::string &y, int64_t rows, int64_t width,
+                                       int64_t localExperts) {
+  declare(y, {rows, width}, job.dtype);
+  std::string received = declare(y + ".counts", {job.ep, localExperts}, plan::DType::Int64);
+  emit(OpKind::AllToAll, {x, counts}, {y, received}, groupAttrs(plan::Group::EP));
+  return received;
+}
 
 std::string ChunkLowerer::moeForward(int64_t block, const BlockDims &dims, BlockActivations &a,
                                      llvm::StringRef sfx, bool forRecompute) {
@@ -46,20 +72,34 @@ std::string ChunkLowerer::moeForward(int64_t block, const BlockDims &dims, Block
        linearAttrs);
   m.rows = declare(name("moe.rows"), {rows, job.hidden}, job.dtype);
   emit(OpKind::MoeDispatch, {a.mlpInput, m.logits}, {m.rows}, routeAttrs(moe));
+  const int64_t local = moe.experts / job.ep, expertRows = expertRowsOf(job, moe);
+  m.expertRows = m.rows;
+  m.routing = m.logits;
+  if (job.ep > 1) {
+    m.counts = declare(name("moe.counts"), {job.ep, local}, plan::DType::Int64);
+    emit(OpKind::MoeCounts, {m.logits}, {m.counts}, routeAttrs(moe));
+    m.expertRows = name("moe.expert_rows");
+    m.routing = exchangeRows(m.rows, m.counts, m.expertRows, expertRows, job.hidden, local);
+  }
   auto experts = [&](llvm::StringRef leaf, const std::string &x, int64_t width) {
-    std::string y = declare(name("moe." + leaf.str()), {rows, width}, job.dtype);
-    emit(OpKind::ExpertMatMul, {x, m.logits, expertWeight(block, leaf)}, {y}, routeAttrs(moe));
+    std::string y = declare(name("moe." + leaf.str()), {expertRows, width}, job.dtype);
+    emit(OpKind::ExpertMatMul, {x, m.routing, expertWeight(block, leaf)}, {y}, routeAttrs(moe));
     return y;
   };
   if (swiglu)
-    m.gate = experts("gate", m.rows, f);
-  m.up = experts("up", m.rows, f);
-  m.activated = declare(name("moe.act"), {rows, f}, job.dtype);
+    m.gate = experts("gate", m.expertRows, f);
+  m.up = experts("up", m.expertRows, f);
+  m.activated = declare(name("moe.act"), {expertRows, f}, job.dtype);
   if (swiglu)
     emit(OpKind::SwiGLU, {m.gate, m.up}, {m.activated});
   else
     emit(OpKind::GELU, {m.up}, {m.activated});
-  m.down = experts("down", m.activated, job.hidden);
+  m.expertOut = experts("down", m.activated, job.hidden);
+  m.down = m.expertOut;
+  if (job.ep > 1) {
+    m.down = name("moe.returned");
+    exchangeRows(m.expertOut, m.routing, m.down, rows, job.hidden, local);
+  }
 
   const int64_t shared = moe.sharedFfn() / job.tp;
   if (shared) {
@@ -122,7 +162,9 @@ void ChunkLowerer::moeBackward(int64_t block, const BlockDims &dims, const Block
                                         : dLogits;
   std::string dPartial = job.tp > 1 ? declare(dRouted + ".partial", logitsShape, job.dtype)
                                     : dRouted;
-  emit(OpKind::MoeCombineBwd, {m.down, m.logits, dCombined}, {gradOf(name("moe.down")), dPartial},
+  const bool exchanged = job.ep > 1;
+  std::string dDown = gradOf(name(exchanged ? "moe.returned" : "moe.down"));
+  emit(OpKind::MoeCombineBwd, {m.down, m.logits, dCombined}, {dDown, dPartial},
        combineAttrs(moe));
   if (job.tp > 1)
     emit(OpKind::AllReduce, {dPartial}, {dRouted}, groupAttrs(plan::Group::TP));
@@ -135,25 +177,38 @@ void ChunkLowerer::moeBackward(int64_t block, const BlockDims &dims, const Block
     emit(OpKind::ResidualAdd, {dRouted, dAux}, {dLogits});
   }
 
+  // The transposes of the two exchanges: the returned rows' gradient goes back to the
+  // experts in the blocks the rows came home in, the expert rows' to their tokens.
+  const int64_t local = moe.experts / job.ep, expertRows = expertRowsOf(job, moe);
+  if (exchanged)
+    exchangeRows(dDown, m.counts, plan::gradName(name("moe.down")), expertRows, job.hidden,
+                 local);
   auto expertsBackward = [&](llvm::StringRef leaf, const std::string &x, const std::string &dx) {
     std::string weight = expertWeight(block, leaf);
-    emit(OpKind::ExpertMatMulBwd, {x, m.logits, weight, plan::gradName(name("moe." + leaf.str()))},
+    emit(OpKind::ExpertMatMulBwd, {x, m.routing, weight, plan::gradName(name("moe." + leaf.str()))},
          {dx, plan::gradName(weight)}, routeAttrs(moe));
   };
   std::string dActivated = gradOf(name("moe.act"));
   expertsBackward("down", m.activated, dActivated);
-  std::string dRows = gradOf(name("moe.rows"));
+  std::string dExpertRows = gradOf(name(exchanged ? "moe.expert_rows" : "moe.rows"));
   if (swiglu) {
     emit(OpKind::SwiGLUBwd, {m.gate, m.up, dActivated},
          {gradOf(name("moe.gate")), gradOf(name("moe.up"))});
     // gate and up each contribute a part of the rows' gradient.
-    const Shape rowsShape = {job.seq * job.microBatch * moe.topK, job.hidden};
+    const Shape rowsShape = {expertRows, job.hidden};
     for (llvm::StringRef part : {"gate", "up"})
-      expertsBackward(part, m.rows, declare(dRows + "." + part.str(), rowsShape, job.dtype));
-    emit(OpKind::ResidualAdd, {dRows + ".gate", dRows + ".up"}, {dRows});
+      expertsBackward(part, m.expertRows,
+                      declare(dExpertRows + "." + part.str(), rowsShape, job.dtype));
+    emit(OpKind::ResidualAdd, {dExpertRows + ".gate", dExpertRows + ".up"}, {dExpertRows});
   } else {
     emit(OpKind::GELUBwd, {m.up, dActivated}, {gradOf(name("moe.up"))});
-    expertsBackward("up", m.rows, dRows);
+    expertsBackward("up", m.expertRows, dExpertRows);
+  }
+  std::string dRows = dExpertRows;
+  if (exchanged) {
+    dRows = plan::gradName(name("moe.rows"));
+    exchangeRows(dExpertRows, m.routing, dRows, job.seq * job.microBatch * moe.topK, job.hidden,
+                 local);
   }
   moeInputBackward(block, dims, saved, dRows, dLogits);
 }

@@ -58,7 +58,7 @@ Job::Job(const Program &program, const Mapping &mapping)
       recompute(program.parallel.recompute),
       dtype(toPlan(program.model.dtype)), gradDtype(toPlan(program.train.gradDtype)),
       gradGroup(mapping.cp > 1 ? plan::Group::DPCP : plan::Group::DP),
-      gradRanks(mapping.gradientRanks()) {
+      gradRanks(mapping.gradientRanks()), ep(mapping.ep) {
   pipeline.kind = program.parallel.schedule;
   pipeline.stages = mapping.pp;
   pipeline.microbatches = mapping.microbatches;
@@ -108,6 +108,15 @@ public:
     int64_t rank = int64_t(shape.size());
     int64_t dim = kind == plan::ShardKind::Row ? rank - 1 : std::max<int64_t>(0, rank - 2);
     add(std::move(name), std::move(shape), kind, dim, {offset, size}, init, countsInGradNorm);
+  }
+
+  /// Stacked experts [experts, out, in] split over tp as `kind` says and over ep along dim 0:
+  /// the experts / ep of ep rank 0 (placeOnExpertRank moves them to the rank's own).
+  void experts(std::string name, std::vector<int64_t> shape, plan::ShardKind kind,
+               int64_t offset, int64_t size, plan::Init init) {
+    int64_t local = shape[0] / job.ep;
+    split(std::move(name), std::move(shape), kind, offset, size, init);
+    out.back().slice[0] = {0, local};
   }
 
   /// The weight (and, with LayerNorm, the bias) of a norm over `hidden` features.
@@ -180,8 +189,8 @@ void addWordEmbedding(const Job &job, int64_t tpRank, bool countsInGradNorm,
 /// bias, replicated (every tp rank routes the whole sequence alike), the shared experts as a
 /// dense MLP of shared_experts x moe_ffn columns, then the experts stacked [experts, out, in]
 /// without biases, last so that they form a ZeRO unit of their own. Expert tensor parallelism
-/// is tp: gate and up are column-parallel over moe_ffn, down row-parallel. Only lowered with
-/// ep = 1 (checkLowerable), where every rank holds every expert.
+/// is tp: gate and up are column-parallel over moe_ffn, down row-parallel; expert
+/// parallelism splits the stacked experts along dim 0.
 void addMoEParams(const Job &job, int64_t block, const BlockDims &dims, int64_t tpRank,
                   ShardBuilder &shards) {
   const int64_t h = job.hidden, e = dims.moe.experts, f = dims.moe.ffn, lf = f / job.tp;
@@ -197,8 +206,8 @@ void addMoEParams(const Job &job, int64_t block, const BlockDims &dims, int64_t 
   }
   auto experts = [&](llvm::StringRef leaf, std::vector<int64_t> shape, plan::ShardKind kind,
                      double std) {
-    shards.split(blockName(block, "moe.experts." + leaf.str() + ".weight"), std::move(shape), kind,
-                 tpRank * lf, lf, ShardBuilder::normal(std));
+    shards.experts(blockName(block, "moe.experts." + leaf.str() + ".weight"), std::move(shape),
+                   kind, tpRank * lf, lf, ShardBuilder::normal(std));
   };
   if (isGated(dims.mlp))
     experts("gate", {e, f, h}, plan::ShardKind::Column, InitStd);
@@ -242,6 +251,25 @@ void addBlockParams(const Job &job, int64_t block, int64_t tpRank,
   shards.column(blockName(block, "mlp.up"), dims.ffn, h, tpRank * dims.localFfn, dims.localFfn,
                 job.biases);
   shards.row(blockName(block, "mlp.down"), h, dims.ffn, tpRank * dims.localFfn, dims.localFfn);
+}
+
+bool isExpertParam(llvm::StringRef name) {
+  int64_t block = 0;
+  return name.consume_front("block.") && !name.consumeInteger(10, block) &&
+         name.startswith(".moe.experts.");
+}
+
+void placeOnExpertRank(const Job &job, int64_t epRank,
+                       llvm::MutableArrayRef<plan::ParamShard> shards) {
+  if (job.ep == 1)
+    return;
+  bool denseWhole = !zeroPolicy(job.program.parallel, job.gradRanks).partitioned();
+  for (plan::ParamShard &shard : shards) {
+    if (isExpertParam(shard.name))
+      shard.slice[0].offset = epRank * shard.slice[0].size;
+    else if (denseWhole && epRank != 0)
+      shard.countsInGradNorm = false;
+  }
 }
 
 void addHeadParams(const Job &job, int64_t tpRank, bool ownsEmbedding,

@@ -51,13 +51,16 @@ void printHeader(const plan::RankPlan &plan, raw_ostream &os) {
   os << "\n";
   os << "plan_id " << plan.planId << "\n";
   os << "job " << plan.model.name << ": tp " << p.tp << ", pp " << p.pp << ", dp " << p.dp
-     << (cp ? ", cp " + std::to_string(p.cp) : "") << ", "
+     << (cp ? ", cp " + std::to_string(p.cp) : "")
+     << (p.ep > 1 ? ", ep " + std::to_string(p.ep) : "") << ", "
      << plan::spelling(p.schedule) << ", chunks " << p.chunks << ", " << p.microbatches
      << " microbatches of " << p.microBatch << ", zero " << p.zero << ", recompute "
      << plan::spelling(p.recompute) << (p.sequenceParallel ? ", sequence parallel" : "") << "\n";
   os << "groups\n";
   for (plan::Group group : plan::kAllGroups) {
     if (!cp && (group == plan::Group::CP || group == plan::Group::DPCP))
+      continue;
+    if (p.ep == 1 && (group == plan::Group::EP || group == plan::Group::ExpertDP))
       continue;
     os << "  " << plan::spelling(group) << " ";
     printList(os, plan.groups.get(group));

@@ -45,12 +45,31 @@ plan::InstrKind transferKind(PipeOpKind kind) {
 } // namespace
 
 namespace {
+/// MemoryModel's two state families: the dense parameters, reduced and ZeRO-sharded over the
+/// gradient group, and the experts, over the expert-data-parallel group (the same group
+/// without expert parallelism). An averaging reduction over expert_dp divides by dp x cp
+/// (plan::averagingDivisor): each expert's gradient already sums its ep group's tokens.
+struct StateFamilies {
+  ZeroPolicy policy[2];
+  plan::Group group[2];
+
+  explicit StateFamilies(const Job &job)
+      : policy{zeroPolicy(job.program.parallel, job.gradRanks),
+               zeroPolicy(job.program.parallel, job.mapping.expertDp())},
+        group{job.gradGroup, job.ep > 1 ? plan::Group::ExpertDP : job.gradGroup} {}
+};
+
+/// One ZeRO bucket: its parameters and the group it is partitioned over.
+struct BucketList {
+  std::vector<std::string> params;
+  plan::Group group;
+};
+
 /// The parameter lists of a chunk's ZeRO buckets, in the order the backward finishes them:
-/// the dense units' buckets, then the experts' (MemoryModel's two state families, each
-/// bucketed on its own).
-std::vector<std::vector<std::string>> bucketLists(const ZeroPolicy &policy,
-                                                  const std::vector<LoweredUnit> &units) {
-  std::vector<std::vector<std::string>> lists;
+/// the dense units' buckets, then the experts' (each family bucketed on its own).
+std::vector<BucketList> bucketLists(const StateFamilies &families,
+                                    const std::vector<LoweredUnit> &units) {
+  std::vector<BucketList> lists;
   for (bool experts : {false, true}) {
     std::vector<const LoweredUnit *> family;
     std::vector<ParamUnit> counts;
@@ -59,13 +78,31 @@ std::vector<std::vector<std::string>> bucketLists(const ZeroPolicy &policy,
         family.push_back(&unit);
         counts.push_back(unit.unit);
       }
-    for (const ZeroBucket &bucket : policy.buckets(counts)) {
-      std::vector<std::string> &names = lists.emplace_back();
+    for (const ZeroBucket &bucket : families.policy[experts].buckets(counts)) {
+      BucketList &list = lists.emplace_back(BucketList{{}, families.group[experts]});
       for (size_t u = bucket.first; u < bucket.end; ++u)
-        names.insert(names.end(), family[u]->params.begin(), family[u]->params.end());
+        list.params.insert(list.params.end(), family[u]->params.begin(), family[u]->params.end());
     }
   }
   return lists;
+}
+
+/// With expert parallelism the experts' gradients, whole on every rank of a family that ZeRO
+/// does not partition, are all-reduced over expert_dp and divided by dp x cp, even over an
+/// expert_dp of one rank: the other ranks' tokens reached them through the all-to-all.
+std::vector<plan::Instr> expertReductions(const Job &job, const StateFamilies &families,
+                                          const std::vector<std::vector<std::string>> &params) {
+  if (job.ep == 1 || families.policy[1].partitioned())
+    return {};
+  std::vector<std::string> experts;
+  for (const std::vector<std::string> &chunk : params)
+    for (const std::string &name : chunk)
+      if (isExpertParam(name))
+        experts.push_back(name);
+  if (experts.empty())
+    return {};
+  return {plan::Instr::gradCollective(plan::InstrKind::AllReduceGrads, plan::Group::ExpertDP,
+                                      /*average=*/true, std::move(experts))};
 }
 
 /// Whether an op of `ops` reads one of `params`: ZeRO-3 gathers a bucket only for computes
@@ -81,10 +118,11 @@ bool reads(llvm::ArrayRef<plan::Op> ops, const std::vector<std::string> &params)
 
 std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
   const Job &job = *in.job;
-  const ZeroPolicy policy = zeroPolicy(job.program.parallel, job.gradRanks);
-  std::vector<std::vector<std::vector<std::string>>> buckets;
+  const StateFamilies families(job);
+  const ZeroPolicy &policy = families.policy[0];
+  std::vector<std::vector<BucketList>> buckets;
   for (const std::vector<LoweredUnit> *units : in.chunkUnits)
-    buckets.push_back(bucketLists(policy, *units));
+    buckets.push_back(bucketLists(families, *units));
   const bool aroundUse = policy.gathersWeightsAroundUse();
   const bool perMicrobatch = policy.gradReduction() == GradReduction::ReduceScatterPerMicrobatch;
   std::vector<plan::Instr> out;
@@ -100,23 +138,23 @@ std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
     bool forward = op.kind == PipeOpKind::Forward;
     if (forward && op.chunk == in.batchChunk)
       out.push_back(plan::Instr::loadBatch(op.microbatch));
-    const std::vector<std::vector<std::string>> &chunkBuckets = buckets[size_t(op.chunk)];
+    const std::vector<BucketList> &chunkBuckets = buckets[size_t(op.chunk)];
     const plan::Chunk &chunk = *in.chunks[size_t(op.chunk)];
     llvm::ArrayRef<plan::Op> ops = forward ? chunk.forward : chunk.backward;
     std::vector<char> gathered(chunkBuckets.size(), false);
     for (size_t b = 0; b < chunkBuckets.size() && aroundUse; ++b)
-      if ((gathered[b] = reads(ops, chunkBuckets[b])))
-        out.push_back(
-            plan::Instr::allGatherParams(job.gradGroup, chunkBuckets[b], /*within=*/true));
+      if ((gathered[b] = reads(ops, chunkBuckets[b].params)))
+        out.push_back(plan::Instr::allGatherParams(chunkBuckets[b].group, chunkBuckets[b].params,
+                                                   /*within=*/true));
     out.push_back(plan::Instr::compute(
         forward ? plan::InstrKind::Forward : plan::InstrKind::Backward, op.chunk, op.microbatch));
     for (size_t b = 0; b < chunkBuckets.size(); ++b) {
-      const std::vector<std::string> &bucket = chunkBuckets[b];
+      const BucketList &bucket = chunkBuckets[b];
       if (gathered[b])
-        out.push_back(plan::Instr::releaseParams(bucket, /*within=*/true));
+        out.push_back(plan::Instr::releaseParams(bucket.params, /*within=*/true));
       if (perMicrobatch && !forward)
         out.push_back(plan::Instr::gradCollective(plan::InstrKind::ReduceScatterGrads,
-                                                  job.gradGroup, /*average=*/true, bucket,
+                                                  bucket.group, /*average=*/true, bucket.params,
                                                   /*within=*/true));
     }
   }
@@ -132,22 +170,31 @@ std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
   if (policy.gradReduction() == GradReduction::AllReducePerStep) {
     std::vector<std::string> all;
     for (const std::vector<std::string> &params : in.chunkParams)
-      all.insert(all.end(), params.begin(), params.end());
+      for (const std::string &name : params)
+        if (job.ep == 1 || !isExpertParam(name))
+          all.push_back(name);
     out.push_back(plan::Instr::gradCollective(plan::InstrKind::AllReduceGrads, job.gradGroup,
                                               /*average=*/true, std::move(all)));
   }
   if (policy.gradReduction() == GradReduction::ReduceScatterPerStep)
-    for (const std::vector<std::vector<std::string>> &chunkBuckets : buckets)
-      for (const std::vector<std::string> &bucket : chunkBuckets)
+    for (const std::vector<BucketList> &chunkBuckets : buckets)
+      for (const BucketList &bucket : chunkBuckets)
         out.push_back(plan::Instr::gradCollective(plan::InstrKind::ReduceScatterGrads,
-                                                  job.gradGroup, /*average=*/true, bucket));
+                                                  bucket.group, /*average=*/true, bucket.params));
+  for (plan::Instr &instr : expertReductions(job, families, in.chunkParams))
+    out.push_back(std::move(instr));
+  // The squared gradient norm: partitioned, the owned shards summed over the gradient group
+  // (which holds the ep and expert_dp groups); whole, the model replica's shards, and with
+  // expert parallelism the other ep members' experts (their dense shards count on ep rank 0,
+  // placeOnExpertRank).
   out.push_back(policy.partitioned()
                     ? plan::Instr::optimizerStep({plan::Group::Model, job.gradGroup})
-                    : plan::Instr::optimizerStep({plan::Group::Model}));
+                : job.ep > 1 ? plan::Instr::optimizerStep({plan::Group::Model, plan::Group::EP})
+                             : plan::Instr::optimizerStep({plan::Group::Model}));
   if (policy.gathersWeightsAfterStep())
-    for (const std::vector<std::vector<std::string>> &chunkBuckets : buckets)
-      for (const std::vector<std::string> &bucket : chunkBuckets)
-        out.push_back(plan::Instr::allGatherParams(job.gradGroup, bucket));
+    for (const std::vector<BucketList> &chunkBuckets : buckets)
+      for (const BucketList &bucket : chunkBuckets)
+        out.push_back(plan::Instr::allGatherParams(bucket.group, bucket.params));
   return out;
 }
 

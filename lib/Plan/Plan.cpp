@@ -44,7 +44,8 @@ ArrayRef<StringLiteral> spellings(Optimizer) {
 }
 ArrayRef<StringLiteral> spellings(Group) {
   static constexpr StringLiteral names[] = {"tp",        "pp", "dp",   "model",
-                                            "embedding", "cp", "dp_cp"};
+                                            "embedding", "cp", "dp_cp", "ep",
+                                            "expert_dp"};
   return names;
 }
 ArrayRef<StringLiteral> spellings(ShardKind) {
@@ -97,8 +98,10 @@ ArrayRef<StringLiteral> spellings(OpKind) {
                                             "moe_dispatch_bwd",
                                             "expert_matmul_bwd",
                                             "moe_combine_bwd",
-                                            "moe_aux_loss_bwd"};
-  static_assert(std::size(names) == size_t(OpKind::MoeAuxLossBwd) + 1);
+                                            "moe_aux_loss_bwd",
+                                            "moe_counts",
+                                            "all_to_all"};
+  static_assert(std::size(names) == size_t(OpKind::AllToAll) + 1);
   return names;
 }
 ArrayRef<StringLiteral> spellings(InstrKind) {
@@ -216,14 +219,16 @@ const OpInfo &opInfo(OpKind kind) {
       {4, 2, false, {}, "vvvv", "vv"},               // attention_merge: y1, lse1, y2, lse2 -> y, lse
       {6, 3, true, blockAttrs, "vvvvvg", "012"},     // attention_block_bwd: q, k, v, y, lse, dy -> dq, dk, dv
       {2, 1, false, routeAttrs, "vv", "v"},          // moe_dispatch: x, logits -> rows
-      {3, 1, false, routeAttrs, "vvp", "v"},         // expert_matmul: rows, logits, weight -> y
+      {3, 1, false, routeAttrs, "vrp", "v"},         // expert_matmul: rows, logits or counts, weight -> y
       {2, 1, false, combineAttrs, "vv", "v"},        // moe_combine: y, logits -> out
       {2, 1, true, routeAttrs, "gv", "g"},           // moe_dispatch_bwd: drows, logits -> dx
-      {4, 2, true, routeAttrs, "vvpg", "02"},        // expert_matmul_bwd: rows, logits, weight, dy -> drows, dweight
+      {4, 2, true, routeAttrs, "vrpg", "02"},        // expert_matmul_bwd: rows, logits or counts, weight, dy -> drows, dweight
       {3, 2, true, combineAttrs, "vvg", "01"},       // moe_combine_bwd: y, logits, dout -> dy, dlogits
       {1, 1, true, auxLossAttrs, "v", "0"},          // moe_aux_loss_bwd: logits -> dlogits
+      {1, 1, false, routeAttrs, "v", "c"},           // moe_counts: logits -> counts
+      {2, 2, false, groupAttrs, "uc", "uc"},         // all_to_all: x, counts -> y, counts
   };
-  static_assert(std::size(table) == size_t(OpKind::MoeAuxLossBwd) + 1);
+  static_assert(std::size(table) == size_t(OpKind::AllToAll) + 1);
   return table[static_cast<size_t>(kind)];
 }
 
@@ -268,12 +273,22 @@ const std::vector<int64_t> &Groups::get(Group group) const {
     return cp;
   case Group::DPCP:
     return dpCp;
+  case Group::EP:
+    return ep;
+  case Group::ExpertDP:
+    return expertDp;
   }
   llvm_unreachable("unknown group");
 }
 
 std::vector<int64_t> &Groups::get(Group group) {
   return const_cast<std::vector<int64_t> &>(static_cast<const Groups *>(this)->get(group));
+}
+
+int64_t averagingDivisor(const RankPlan &plan, Group group) {
+  if (group == Group::ExpertDP)
+    return plan.parallel.dp * plan.parallel.cp;
+  return int64_t(plan.groups.get(group).size());
 }
 
 std::vector<int64_t> ParamShard::localShape() const {

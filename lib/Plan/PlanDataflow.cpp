@@ -41,11 +41,14 @@ private:
   bool isParamGrad(StringRef name) const {
     return name.endswith(".grad") && isParam(name.drop_back(5));
   }
-  /// Token ids: the int64 tensors of the table (tokens and labels).
-  bool isIds(StringRef name) const {
+  /// The int64 tensors of the table: token ids (tokens and labels) and row counts.
+  bool isInt64(StringRef name) const {
     auto it = chunk.tensors.find(name.str());
     return it != chunk.tensors.end() && it->second.dtype == DType::Int64;
   }
+  static bool isIdsName(StringRef name) { return name == "tokens" || name == "labels"; }
+  bool isIds(StringRef name) const { return isIdsName(name) && isInt64(name); }
+  bool isCounts(StringRef name) const { return !isIdsName(name) && isInt64(name); }
   /// A declared operand's shape: a parameter's (or its gradient's) is the shard's.
   OperandShape shapeOf(StringRef name) const;
   /// Number of dimensions of a declared operand.
@@ -92,7 +95,8 @@ void ChunkFlow::requireEntry(StringRef name, StringRef why) {
 }
 
 /// One entry of the tensor table: its name, dims, size and dtype (ids are int64 and named
-/// tokens or labels; every other tensor is in the model dtype, fp32 or the gradient dtype).
+/// tokens or labels, row counts int64 of any other name; every other tensor is in the model
+/// dtype, fp32 or the gradient dtype).
 void ChunkFlow::checkEntry(const std::string &name, const TensorType &type) {
   auto entry = [&] { return entryPath(fieldPath(path, "tensors"), name); };
   if (name.empty())
@@ -107,7 +111,7 @@ void ChunkFlow::checkEntry(const std::string &name, const TensorType &type) {
   if (!ctx.failed() && !elementCount(type.shape))
     ctx.fail(fieldPath(entry(), "shape"), shapeText(type.shape) + " holds more than 2^48 " +
                                               "elements, the most a tensor may hold");
-  bool ids = name == "tokens" || name == "labels";
+  bool ids = isIdsName(name);
   // Activations are in the model dtype; logits, the loss and gradient sums may be in fp32 or
   // the gradient dtype (Megatron's fp32 logits and main gradients).
   llvm::SmallVector<StringRef, 3> floats;
@@ -115,12 +119,9 @@ void ChunkFlow::checkEntry(const std::string &name, const TensorType &type) {
     if (!llvm::is_contained(floats, spelling(allowed)))
       floats.push_back(spelling(allowed));
   DType dtype = type.dtype;
-  if (ids != (dtype == DType::Int64))
-    ctx.fail(fieldPath(entry(), "dtype"),
-             ids ? "token ids are int64"
-                 : "int64 is the dtype of token ids (tokens and labels) only; expected " +
-                       llvm::join(floats, " or "));
-  else if (!ids && !llvm::is_contained(floats, spelling(dtype)))
+  if (ids && dtype != DType::Int64)
+    ctx.fail(fieldPath(entry(), "dtype"), "token ids are int64");
+  else if (dtype != DType::Int64 && !llvm::is_contained(floats, spelling(dtype)))
     ctx.fail(fieldPath(entry(), "dtype"),
              spelling(dtype) + " is none of the model, fp32 and gradient dtypes: expected " +
                  llvm::join(floats, " or "));
@@ -329,7 +330,14 @@ void ChunkFlow::checkInputRoles(const Op &op, llvm::function_ref<std::string()> 
     bool isGradient = gradients.count(name);
     if (received.count(name) && (role == 'v' || role == 'g' || role == 'u'))
       continue;
-    if (role == 'i' || isIds(name)) {
+    if (role == 'c' || (role == 'r' && isCounts(name))) {
+      if (!isCounts(name))
+        ctx.fail(operand(), "'" + name + "' is not row counts (an int64 tensor that " +
+                                "moe_counts or all_to_all writes)");
+    } else if (isCounts(name)) {
+      ctx.fail(operand(), "'" + name + "' holds row counts, which only the counts operand of " +
+                              "expert_matmul, expert_matmul_bwd and all_to_all reads");
+    } else if (role == 'i' || isIds(name)) {
       if (role != 'i')
         ctx.fail(operand(), "'" + name + "' holds token ids, which only the ids operand of " +
                                 "embedding, embedding_bwd, cross_entropy and " +
@@ -339,7 +347,7 @@ void ChunkFlow::checkInputRoles(const Op &op, llvm::function_ref<std::string()> 
     } else if (role == 'p' && !isParam(name)) {
       ctx.fail(operand(), "'" + name + "' is not a parameter, where '" + spelling(op.kind) +
                               "' takes one (a weight this rank owns)");
-    } else if (role == 'v' && isGradient) {
+    } else if ((role == 'v' || role == 'r') && isGradient) {
       ctx.fail(operand(), "'" + name + "' is a gradient, where '" + spelling(op.kind) +
                               "' takes a value (an activation or a parameter); are the inputs "
                               "swapped?");
@@ -366,9 +374,14 @@ void ChunkFlow::checkOutputRoles(const Op &op, llvm::function_ref<std::string()>
     auto operand = [&] { return indexPath(fieldPath(opPath(), "outputs"), j); };
     char role = info.outputRole(j);
     bool paramGrad = isParamGrad(name);
-    if (isIds(name)) {
+    if (role == 'c') {
+      if (!isCounts(name))
+        ctx.fail(operand(), "'" + name + "' must be declared int64: '" + spelling(op.kind) +
+                                "' writes row counts here");
+    } else if (isInt64(name)) {
       ctx.fail(operand(), "'" + name + "' is declared int64; ops write only floating-point "
-                                       "tensors");
+                                       "tensors, except the row counts of moe_counts and "
+                                       "all_to_all");
     } else if (role == 'v' || (role == 'u' && !gradient)) {
       if (paramGrad)
         ctx.fail(operand(), "'" + spelling(op.kind) + "' computes a value here, not the " +
@@ -388,7 +401,7 @@ void ChunkFlow::checkOutputRoles(const Op &op, llvm::function_ref<std::string()>
     }
     if (op.kind == OpKind::Recv)
       received.insert(name);
-    else if (role != 'v' && (role != 'u' || gradient))
+    else if (role != 'v' && role != 'c' && (role != 'u' || gradient))
       gradients.insert(name);
   }
 }

@@ -123,6 +123,7 @@ bool readParallel(ObjectReader &parent, ParallelSummary &p) {
   r.read("pp", p.pp);
   r.read("dp", p.dp);
   r.read("cp", p.cp);
+  r.read("ep", p.ep);
   if (r.readEnumList("order", "axis", p.order) && p.order.size() != 4)
     return r.context().fail(r.pathOf("order"), "expected the 4 axes tp, cp, dp and pp, got " +
                                                    llvm::Twine(p.order.size()) + " entries");

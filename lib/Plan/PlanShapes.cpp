@@ -108,6 +108,7 @@ private:
   std::optional<int64_t> routedRows(size_t logits);
   bool tokenRows(Side side, size_t i, int64_t rows, int64_t width);
   void moe();
+  void expertParallel();
 
   ReadContext &ctx;
   const RankPlan &plan;
@@ -371,6 +372,11 @@ bool ShapeRules::tokenRows(Side side, size_t i, int64_t rows, int64_t width) {
 /// The mixture-of-experts ops: x and out [seq, batch, hidden] like the logits' tokens, the
 /// routed rows [seq x batch x top_k, features], an expert weight [experts, out, in].
 void ShapeRules::moe() {
+  // An expert matmul's routing operand is the logits [seq, batch, experts] or row counts.
+  bool counted = (op.kind == OpKind::ExpertMatMul || op.kind == OpKind::ExpertMatMulBwd) &&
+                 shape(In, 1).size() == 2;
+  if (op.kind == OpKind::MoeCounts || op.kind == OpKind::AllToAll || counted)
+    return expertParallel();
   size_t logits = op.kind == OpKind::MoeAuxLossBwd ? 0 : 1;
   std::optional<int64_t> rows = routedRows(logits);
   if (!rows)
@@ -416,6 +422,57 @@ void ShapeRules::moe() {
     return;
   default:
     return;
+  }
+}
+
+/// Under expert parallelism the rows travel in blocks: row counts [members, experts per
+/// member] (moe_counts from the logits [seq, batch, experts], all_to_all's output like its
+/// input) say how many of a [rows, features] buffer's leading rows belong to each (member,
+/// expert), member-major; an expert weight [experts per member, out, in] multiplies them.
+void ShapeRules::expertParallel() {
+  size_t counts = op.kind == OpKind::MoeCounts ? 0 : 1;
+  Side countsSide = op.kind == OpKind::MoeCounts ? Out : In;
+  if (!rank(countsSide, counts, 2, "[members, experts per member] (row counts)"))
+    return;
+  switch (op.kind) {
+  case OpKind::MoeCounts: {
+    if (!routedRows(0))
+      return;
+    int64_t members = plan.parallel.ep, experts = dim(In, 0, 2);
+    if (experts % members != 0) {
+      fail(In, 0, "its " + Twine(experts) + " experts do not divide over ep = " + Twine(members));
+      return;
+    }
+    expect(Out, 0, {members, experts / members}, "ep x the experts of each ep member");
+    return;
+  }
+  case OpKind::AllToAll: {
+    int64_t members = int64_t(plan.groups.get(op.groupAttr("group")).size());
+    if (dim(In, 1, 0) != members) {
+      fail(In, 1, "expected the counts of the group's " + Twine(members) + " members");
+      return;
+    }
+    if (rank(In, 0, 2, "[rows, features]") && rank(Out, 0, 2, "[rows, features]") &&
+        expect(Out, 0, {dim(Out, 0, 0), dim(In, 0, 1)}, "rows as wide as " + describe(In, 0)))
+      same(Out, 1, In, 1);
+    return;
+  }
+  default: { // expert_matmul and expert_matmul_bwd
+    if (!rank(In, 0, 2, "[rows, features]") || !rank(In, 2, 3, "[experts, out, in]"))
+      return;
+    Shape weight = {dim(In, 1, 1), shape(In, 2)[1], dim(In, 0, 1)};
+    if (!expect(In, 2, weight, "[experts, out, in] of the counts' experts and the rows' features"))
+      return;
+    Shape products = {dim(In, 0, 0), weight[1]};
+    if (op.kind == OpKind::ExpertMatMul) {
+      expect(Out, 0, products, "one product row per row of " + describe(In, 0));
+      return;
+    }
+    if (expect(In, 3, products, "one product row per row of " + describe(In, 0)) &&
+        same(Out, 0, In, 0))
+      same(Out, 1, In, 2);
+    return;
+  }
   }
 }
 
@@ -506,6 +563,8 @@ void ShapeRules::check() {
   case OpKind::ExpertMatMulBwd:
   case OpKind::MoeCombineBwd:
   case OpKind::MoeAuxLossBwd:
+  case OpKind::MoeCounts:
+  case OpKind::AllToAll:
     return moe();
   }
 }

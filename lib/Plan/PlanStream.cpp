@@ -238,6 +238,8 @@ void groups(JSONWriter &json, const Groups &g) {
     intList(json, "dp", g.dp);
     intList(json, "dp_cp", g.dpCp);
     intList(json, "embedding", g.embedding);
+    intList(json, "ep", g.ep);
+    intList(json, "expert_dp", g.expertDp);
     intList(json, "model", g.model);
     intList(json, "pp", g.pp);
     intList(json, "tp", g.tp);
@@ -281,6 +283,7 @@ void parallel(JSONWriter &json, const ParallelSummary &p) {
     json.attribute("chunks", p.chunks);
     json.attribute("cp", p.cp);
     json.attribute("dp", p.dp);
+    json.attribute("ep", p.ep);
     json.attribute("global_batch", p.globalBatch);
     json.attribute("micro_batch", p.microBatch);
     json.attribute("microbatches", p.microbatches);

@@ -104,9 +104,12 @@ private:
       bool pointToPoint = op.kind == OpKind::Send || op.kind == OpKind::Recv;
       if (!pointToPoint) {
         inRun.clear();
+        // An all-to-all's members send whole rows of the same width in blocks of the
+        // same (member, expert) grid, whatever the counts at run time.
+        int64_t counts = op.kind == OpKind::AllToAll ? tensorElements(chunk, op.inputs[1]) : 0;
         if (op.attrs.count("group") && !op.inputs.empty())
           collective(op.groupAttr("group"),
-                     {{1, int64_t(op.kind), tensorElements(chunk, op.inputs.front()), 0}});
+                     {{1, int64_t(op.kind), tensorElements(chunk, op.inputs.front()), counts}});
         continue;
       }
       const std::vector<int64_t> &members = plan.groups.get(op.groupAttr("group"));

@@ -164,12 +164,30 @@ Coords coordsOf(const ParallelSummary &p, int64_t rank) {
                 grid.coord(rank, Axis::DP), grid.coord(rank, Axis::CP)};
 }
 
+static RankGrid expertGridOf(const ParallelSummary &p) {
+  std::vector<Axis> order;
+  for (Group g : p.order)
+    order.push_back(*axisOf(g));
+  return expertGrid(p.tp, p.cp, p.ep, p.dp, p.pp, RankOrder(order));
+}
+
+/// The size of `kind`'s groups: the embedding group's is the plan's own (2 or none).
+static int64_t expectedGroupSize(const ParallelSummary &p, Group kind, int64_t listed) {
+  if (kind == Group::EP)
+    return p.ep;
+  if (kind == Group::ExpertDP)
+    return p.dp * p.cp / p.ep;
+  return kind == Group::Embedding ? listed : gridOf(p).groupSize(*axesOf(kind));
+}
+
 Groups expectedGroups(const ParallelSummary &p, const ModelSummary &m, int64_t rank) {
-  RankGrid grid = gridOf(p);
+  RankGrid grid = gridOf(p), experts = expertGridOf(p);
   Groups groups;
   for (Group kind : kAllGroups)
     if (std::optional<AxisSet> axes = axesOf(kind))
       groups.get(kind) = grid.group(rank, *axes);
+  groups.ep = experts.group(rank, {Axis::EP});
+  groups.expertDp = experts.group(rank, {Axis::DP});
   llvm::sort(groups.model);
   int64_t stage = grid.coord(rank, Axis::PP);
   if (m.tiedEmbeddings && p.pp > 1 && (stage == 0 || stage == p.pp - 1))
@@ -211,6 +229,9 @@ bool checkJob(ReadContext &ctx, int64_t world, const ModelSummary &model,
   if (!product || *product != world)
     return ctx.fail("world", Twine(world) + " ranks but tp x pp x dp x cp = " + Twine(p.tp) +
                                  " x " + Twine(p.pp) + " x " + Twine(p.dp) + " x " + Twine(p.cp));
+  if (p.ep < 1 || (p.dp * p.cp) % p.ep != 0)
+    return ctx.fail("parallel.ep", "ep = " + Twine(p.ep) + " must be at least 1 and divide dp x " +
+                                       "cp = " + Twine(p.dp * p.cp) + ", which it is carved from");
   std::optional<int64_t> perReplica = checkedMul(p.microBatch, p.microbatches);
   std::optional<int64_t> batch = perReplica ? checkedMul(*perReplica, p.dp) : std::nullopt;
   if (!batch || *batch != p.globalBatch)
@@ -293,8 +314,7 @@ void checkGroups(ReadContext &ctx, const RankPlan &plan) {
       ctx.fail(path, listText(group) + " does not contain this rank (" + Twine(plan.rank) +
                          "); a rank's group lists must include the rank itself");
     // Sizes first, so that the layout's lists below are no longer than the plan's own.
-    int64_t size = kind == Group::Embedding ? int64_t(group.size())
-                                            : gridOf(p).groupSize(*axesOf(kind));
+    int64_t size = expectedGroupSize(p, kind, int64_t(group.size()));
     if (int64_t(group.size()) != size)
       ctx.fail(path, "has " + Twine(group.size()) + " ranks but the layout gives " + Twine(size));
   }
@@ -361,10 +381,18 @@ void checkParams(ReadContext &ctx, const RankPlan &plan) {
       bool mayBeSplit = param.kind == ShardKind::Column  ? d == columnDim
                         : param.kind == ShardKind::Vocab ? d == 0
                                                          : param.kind == ShardKind::Row && d == rank - 1;
-      if (split && !mayBeSplit)
+      // Expert parallelism: each ep rank holds experts / ep of the stacked experts.
+      bool expertSplit = rank == 3 && d == 0 && param.kind != ShardKind::Vocab &&
+                         param.kind != ShardKind::Replicated;
+      if (split && expertSplit && s.size * plan.parallel.ep != param.shape[0])
+        ctx.fail(slicePath(), "stacked experts are split over ep = " + Twine(plan.parallel.ep) +
+                                  ": expected " + Twine(param.shape[0] / plan.parallel.ep) +
+                                  " experts, got " + Twine(s.size));
+      else if (split && !mayBeSplit && !expertSplit)
         ctx.fail(slicePath(), "a " + spelling(param.kind) + " parameter is not split along " +
                                   "dimension " + Twine(d) + "; column splits dim 0 (dim 1 of " +
-                                  "stacked experts), vocab dim 0, row the last, replicated none");
+                                  "stacked experts), vocab dim 0, row the last, ep dim 0 of " +
+                                  "stacked experts, replicated none");
     }
     if (param.init.kind == InitKind::Normal &&
         !(param.init.std > 0 && std::isfinite(param.init.std)))

@@ -58,7 +58,9 @@ json::Object groupsJSON(const Groups &g) {
                       {"model", intList(g.model)},
                       {"embedding", intList(g.embedding)},
                       {"cp", intList(g.cp)},
-                      {"dp_cp", intList(g.dpCp)}};
+                      {"dp_cp", intList(g.dpCp)},
+                      {"ep", intList(g.ep)},
+                      {"expert_dp", intList(g.expertDp)}};
 }
 
 json::Object modelJSON(const ModelSummary &m) {
@@ -89,6 +91,7 @@ json::Object parallelJSON(const ParallelSummary &p) {
                       {"pp", p.pp},
                       {"dp", p.dp},
                       {"cp", p.cp},
+                      {"ep", p.ep},
                       {"order", groupList(p.order)},
                       {"chunks", p.chunks},
                       {"micro_batch", p.microBatch},

@@ -118,4 +118,23 @@ bool RankGrid::contiguous(AxisSet axes) const {
   return true;
 }
 
+RankOrder expertOrder(const RankOrder &order) {
+  if (order.names(Axis::EP))
+    return order;
+  std::vector<Axis> named;
+  for (Axis a : order.namedAxes()) {
+    if (a == Axis::DP)
+      named.push_back(Axis::EP);
+    named.push_back(a);
+  }
+  if (!order.names(Axis::DP))
+    named.push_back(Axis::EP);
+  return RankOrder(named);
+}
+
+RankGrid expertGrid(int64_t tp, int64_t cp, int64_t ep, int64_t dp, int64_t pp,
+                    const RankOrder &order) {
+  return RankGrid(axisSizes(tp, 1, ep, dp * cp / ep, pp), expertOrder(order));
+}
+
 } // namespace parc

@@ -56,8 +56,10 @@ void createGroups(NCCLCommunicator &nccl, const plan::RankPlan &plan) {
   std::vector<std::vector<int64_t>> entries;
   for (plan::Group group : plan::kAllGroups) {
     const std::vector<int64_t> &ranks = plan.groups.get(group);
-    // Without context parallelism dp_cp is the dp group again.
-    bool duplicate = group == plan::Group::DPCP && plan.parallel.cp == 1;
+    // Without context parallelism dp_cp is the dp group again; without expert parallelism
+    // expert_dp is dp_cp.
+    bool duplicate = (group == plan::Group::DPCP && plan.parallel.cp == 1) ||
+                     (group == plan::Group::ExpertDP && plan.parallel.ep == 1);
     entries.push_back(ranks.size() > 1 && !duplicate ? ranks : std::vector<int64_t>());
   }
   nccl.splitGroups(entries);

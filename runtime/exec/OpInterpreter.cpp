@@ -233,6 +233,8 @@ template <typename D> void OpInterpreter<D>::execute(Context &ctx) {
   case OpKind::CrossEntropy:
   case OpKind::CrossEntropyBwd:
     return executeLoss(ctx);
+  case OpKind::AllToAll:
+    return allToAll(ctx);
   default:
     if (plan::isMixtureOfExperts(ctx.op.kind))
       return executeMoE(ctx);

@@ -196,43 +196,24 @@ std::pair<typename D::Grad *, int64_t> ParamStore<D>::heldGrad(Param &param) {
 
 template <typename D>
 void ParamStore<D>::allReduceGrads(Communicator &comm, const plan::Instr &instr) {
-  std::vector<std::pair<Grad *, int64_t>> held;
-  int64_t total = 0;
-  bool adjacent = true;
+  // One collective per run of adjacent gradients, in place: the whole list for the
+  // data-parallel all-reduce, a run per MoE block's experts when the dense parameters
+  // between them are reduced over another group. No scratch, as the memory model assumes.
+  std::vector<std::pair<Grad *, int64_t>> runs;
   for (size_t i : resolve(instr)) {
     std::pair<Grad *, int64_t> part = heldGrad(params[i]);
     if (part.second == 0)
       continue;
-    if (!held.empty() && part.first != held.back().first + held.back().second)
-      adjacent = false;
-    held.push_back(part);
-    total += part.second;
-  }
-  if (held.empty())
-    return;
-  // One collective for the whole list: in place when the parts are adjacent, as they are for
-  // the data-parallel all-reduce, else through a copy.
-  Buffer<Grad> scratch;
-  Grad *flat = held.front().first;
-  if (!adjacent) {
-    scratch = Buffer<Grad>(memory, MemoryCategory::Grads, size_t(total));
-    flat = scratch.data();
-    int64_t offset = 0;
-    for (auto [data, count] : held) {
-      dev.copy(flat + offset, data, count);
-      offset += count;
-    }
+    if (!runs.empty() && part.first == runs.back().first + runs.back().second)
+      runs.back().second += part.second;
+    else
+      runs.push_back(part);
   }
   const std::vector<int64_t> &group = plan.groups.get(instr.group);
-  comm.allReduce(group, flat, size_t(total));
-  if (instr.average)
-    dev.scale(flat, total, 1.0 / double(group.size()));
-  if (adjacent)
-    return;
-  int64_t offset = 0;
-  for (auto [data, count] : held) {
-    dev.copy(data, flat + offset, count);
-    offset += count;
+  for (auto [data, count] : runs) {
+    comm.allReduce(group, data, size_t(count));
+    if (instr.average)
+      dev.scale(data, count, 1.0 / double(plan::averagingDivisor(plan, instr.group)));
   }
 }
 
@@ -245,7 +226,7 @@ void ParamStore<D>::reduceScatterGrads(Communicator &comm, const plan::Instr &in
   Grad *mine = partition.grads.data() + partition.ownedLo();
   comm.reduceScatter(partition.group, partition.grads.data(), mine, size_t(partition.perMember));
   if (instr.average)
-    dev.scale(mine, partition.perMember, 1.0 / double(partition.group.size()));
+    dev.scale(mine, partition.perMember, 1.0 / double(plan::averagingDivisor(plan, instr.group)));
   if (!partition.ownedGrads.allocated()) {
     partition.ownedGrads =
         Buffer<Grad>(memory, MemoryCategory::Grads, size_t(partition.perMember));

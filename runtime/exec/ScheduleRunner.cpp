@@ -408,6 +408,7 @@ void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch, size_t instr
     kept = std::move(env.values[inputGrad]);
   env.values.clear();
   env.ids.clear();
+  env.counts.clear();
   if (kept.buffer.allocated())
     env.values[inputGrad] = std::move(kept);
   else

@@ -10,7 +10,7 @@ with `parrun --memory-json` under:
   - zero 0-3 x sequence parallel off/on on tp 2 pp 2 dp 2 (1f1b), sequence parallel on tp 4 dp 2;
   - standard attention (the scores kept) on dp 4 and on tp 2 pp 2 dp 2 with zero 2;
   - context parallelism (cp 2 and 4) with dp, pp, tp, ZeRO, recompute and standard attention;
-  - mixture-of-experts blocks (ep 1) under ZeRO 0 and 1 on dp 4.
+  - mixture-of-experts blocks under ZeRO 0 and 1 on dp 4, with ep 1, 2 and 4.
 
 For every rank and memory category (weights, gradients, optimizer state, activations) the
 held peak must be within T (default 5 %) of the prediction, and the held total (the peak of
@@ -64,6 +64,12 @@ def build_cases():
     # yet: it adds both families' transient buffers, up to 11 % above what parrun holds.)
     cases += [MemoryCase(1, 1, 4, "1f1b", 0, "none", precision="fp32", variant="moe"),
               MemoryCase(1, 1, 4, "1f1b", 1, "selective", precision="fp32", variant="moe")]
+    # Expert parallelism: experts / ep per rank, their states over expert dp, the all-to-all's
+    # dropless receive buffers.
+    cases += [MemoryCase(1, 1, 4, "1f1b", 0, "none", precision="fp32", variant="moe", ep=2),
+              MemoryCase(1, 1, 4, "1f1b", 1, "none", precision="fp32", variant="moe", ep=2),
+              MemoryCase(1, 1, 4, "1f1b", 1, "selective", precision="fp32", variant="moe",
+                         ep=4)]
     return cases
 
 

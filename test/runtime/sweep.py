@@ -91,6 +91,7 @@ parallel for small on box {{
   pp = {pp}
   dp = {dp}
   cp = {cp}
+  ep = {ep}
   micro_batch       = 1
   global_batch      = 8
   schedule          = {schedule_text}
@@ -135,8 +136,10 @@ VARIANTS = {
 class Case:
     def __init__(self, tp, pp, dp, schedule, zero=0, recompute="none", sp=False, kv_heads=4,
                  precision="fp64", comm="local", llama=False, variant=None, vocab=512,
-                 attention="flash", cp=1):
+                 attention="flash", cp=1, ep=1):
         self.tp, self.pp, self.dp, self.cp = tp, pp, dp, cp
+        # Expert parallelism, carved from dp: the experts split over ep ranks.
+        self.ep = ep
         self.schedule, self.zero, self.recompute, self.sp = schedule, zero, recompute, sp
         self.kv_heads, self.precision, self.comm = kv_heads, precision, comm
         # Llama's block: rmsnorm, swiglu and rotary positions instead of GPT's layernorm, gelu
@@ -161,7 +164,7 @@ class Case:
 
     def name(self):
         parts = [f"tp{self.tp} pp{self.pp} dp{self.dp}" + (f" cp{self.cp}" if self.cp > 1 else "")
-                 + f" {self.schedule}"]
+                 + (f" ep{self.ep}" if self.ep > 1 else "") + f" {self.schedule}"]
         if self.zero:
             parts.append(f"zero{self.zero}")
         if self.recompute != "none":
@@ -195,7 +198,7 @@ class Case:
                                             else f"  attention = {self.attention}\n"),
                             blocks=self.blocks, vocab=self.vocab, world=self.world, tp=self.tp,
                             pp=self.pp,
-                            dp=self.dp, cp=self.cp, schedule_text=schedule_text, zero=self.zero,
+                            dp=self.dp, cp=self.cp, ep=self.ep, schedule_text=schedule_text, zero=self.zero,
                             recompute=self.recompute, sp="true" if self.sp else "false")
 
 
@@ -320,6 +323,18 @@ def build_cases(with_mpi):
         Case(2, 1, 2, "gpipe", 3, "selective", variant="moe-shared"),
         Case(2, 2, 2, "1f1b", 2, "none", True, precision="fp32", llama=True, variant="moe"),
     ]
+    # Expert parallelism: the experts split over ep ranks carved from dp, the rows exchanged by
+    # all-to-all; ep 2 and 4 alone, beside dp (expert dp > 1), ZeRO 1 (the experts' states
+    # sharded over expert dp), tp 2, pp 2, recompute and shared experts.
+    cases += [
+        Case(1, 1, 2, "1f1b", variant="moe", ep=2),
+        Case(1, 1, 4, "1f1b", variant="moe", ep=4),
+        Case(1, 1, 4, "1f1b", 1, llama=True, variant="moe", ep=2),
+        Case(1, 1, 4, "1f1b", 1, variant="moe-shared", ep=4),
+        Case(2, 1, 2, "1f1b", 0, "none", True, llama=True, variant="moe", ep=2),
+        Case(1, 2, 2, "1f1b", 0, "full", variant="moe-shared", ep=2),
+        Case(2, 2, 2, "interleaved", 1, "selective", True, llama=True, variant="moe", ep=2),
+    ]
     if with_mpi:
         cases += [
             Case(2, 1, 1, "1f1b", 0, "selective", True, comm="mpi", cp=2),
@@ -330,6 +345,7 @@ def build_cases(with_mpi):
             Case(4, 1, 2, "gpipe", 2, "none", True, comm="mpi"),
             Case(1, 4, 1, "1f1b", comm="mpi"),
             Case(2, 2, 2, "1f1b", 1, "none", True, llama=True, variant="moe", comm="mpi"),
+            Case(1, 1, 4, "1f1b", 1, llama=True, variant="moe", comm="mpi", ep=2),
         ]
     return cases
 

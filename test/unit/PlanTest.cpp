@@ -271,7 +271,7 @@ TEST(Plan, RejectsSlicesOutsideTheShape) {
   EXPECT_EQ(set(plan, {"params", "4", "kind"}, "row"),
             "rank plan: field \"params[4].slice[0]\": a row parameter is not split along "
             "dimension 0; column splits dim 0 (dim 1 of stacked experts), vocab dim 0, row the "
-            "last, replicated none");
+            "last, ep dim 0 of stacked experts, replicated none");
 }
 
 TEST(Plan, RejectsBrokenDataFlow) {

@@ -64,7 +64,7 @@ inline void setJob(RankPlan &plan, int64_t tp, int64_t pp) {
 inline RankPlan stageZeroPlan() {
   RankPlan plan;
   setJob(plan, 2, 2);
-  plan.groups = Groups{{0, 1}, {0, 2}, {0}, {0, 1, 2, 3}, {0, 2}, {0}, {0}};
+  plan.groups = Groups{{0, 1}, {0, 2}, {0}, {0, 1, 2, 3}, {0, 2}, {0}, {0}, {0}, {0}};
   plan.params = {
       param("embedding.word.weight", {256, 16}, {{0, 128}, {0, 16}}, ShardKind::Vocab, normal),
       param("embedding.position.weight", {8, 16}, {{0, 8}, {0, 16}}, ShardKind::Replicated, normal),
@@ -151,7 +151,7 @@ inline RankPlan singleRankPlan() {
   setJob(plan, 1, 1);
   plan.model.layers = 1;
   plan.parallel.zero = 1;
-  plan.groups = Groups{{0}, {0}, {0}, {0}, {}, {0}, {0}};
+  plan.groups = Groups{{0}, {0}, {0}, {0}, {}, {0}, {0}, {0}, {0}};
   plan.params = {
       param("embedding.word.weight", {256, 16}, {{0, 256}, {0, 16}}, ShardKind::Vocab, normal),
       param("final_norm.weight", {16}, {{0, 16}}, ShardKind::Replicated, ones),

@@ -39,11 +39,14 @@ enum class Optimizer { Adam, SGD };
 /// The process groups of a rank; "model" is tp x pp (one model replica), "embedding" the
 /// first and last pipeline stage when the head is tied to the embedding, "cp" the context-
 /// parallel ring and "dp_cp" data parallel with context (Megatron-Core's "dp-cp": the ranks
-/// gradients are reduced over). TP, PP, DP and CP also name the axes of `parallel.order`.
-enum class Group { TP, PP, DP, Model, Embedding, CP, DPCP };
-inline constexpr std::array<Group, 7> kAllGroups = {Group::TP,        Group::PP, Group::DP,
-                                                    Group::Model,     Group::Embedding,
-                                                    Group::CP,        Group::DPCP};
+/// gradients are reduced over). "ep" exchanges the tokens of mixture-of-experts blocks and
+/// "expert_dp" (the ranks holding the same experts) reduces the experts' gradients; both come
+/// from Megatron-Core's expert grid (expertOrder). TP, PP, DP and CP also name the axes of
+/// `parallel.order`.
+enum class Group { TP, PP, DP, Model, Embedding, CP, DPCP, EP, ExpertDP };
+inline constexpr std::array<Group, 9> kAllGroups = {
+    Group::TP,        Group::PP, Group::DP,   Group::Model,   Group::Embedding,
+    Group::CP,        Group::DPCP, Group::EP, Group::ExpertDP};
 /// How a parameter is split over the tp group: column splits dim 0 (output features), row the
 /// last dim (input features), vocab dim 0 of an embedding table; replicated is not split.
 enum class ShardKind { Column, Row, Vocab, Replicated };
@@ -97,10 +100,13 @@ enum class OpKind {
   ExpertMatMulBwd, // backward of expert_matmul
   MoeCombineBwd,   // backward of moe_combine: the rows' and the logits' gradients
   MoeAuxLossBwd,   // backward: the load-balancing loss's gradient of the logits
+  // Expert parallelism: the routed rows move between the members of the ep group.
+  MoeCounts, // forward: rows per (ep member, expert of that member) of the routed tokens
+  AllToAll,  // forward or backward: row blocks to each member of a group, counts exchanged first
 };
-/// The mixture-of-experts kinds, moe_dispatch to moe_aux_loss_bwd.
+/// The mixture-of-experts kinds, moe_dispatch to moe_counts.
 inline bool isMixtureOfExperts(OpKind kind) {
-  return kind >= OpKind::MoeDispatch && kind <= OpKind::MoeAuxLossBwd;
+  return kind >= OpKind::MoeDispatch && kind <= OpKind::MoeCounts;
 }
 
 enum class InstrKind {
@@ -169,7 +175,7 @@ struct Coords {
 /// is its coordinate along that axis; in dp_cp, cp + cp_size * dp with the default order).
 /// `embedding` is empty when the rank is in none.
 struct Groups {
-  std::vector<int64_t> tp, pp, dp, model, embedding, cp, dpCp;
+  std::vector<int64_t> tp, pp, dp, model, embedding, cp, dpCp, ep, expertDp;
 
   const std::vector<int64_t> &get(Group group) const;
   std::vector<int64_t> &get(Group group);
@@ -198,6 +204,7 @@ struct ClusterSummary {
 
 struct ParallelSummary {
   int64_t tp = 1, pp = 1, dp = 1, cp = 1;
+  int64_t ep = 1; // expert parallelism, carved from dp x cp (never an axis of `order`)
   /// The four axes tp, cp, dp and pp, fastest-varying first (Megatron-Core's order string).
   std::vector<Group> order = {Group::TP, Group::CP, Group::DP, Group::PP};
   int64_t chunks = 1;                                             // model chunks per pipeline rank
@@ -271,9 +278,12 @@ struct AttrSpec {
 /// split_bwd's operands), the attributes it must carry, no more and no fewer, and what each
 /// operand must be. Roles, one letter per operand (the last repeats for AtLeastTwo):
 ///   inputs:  'v' a value (an activation or a parameter, never a gradient), 'p' a parameter,
-///            'i' token ids (int64), 'g' a gradient, 'u' a value or a gradient, all of the
-///            op's 'u' inputs alike (a forward op in a backward list may combine gradients);
-///   outputs: 'v' a value, 'u' the role of the 'u' inputs (a gradient may be a parameter's),
+///            'i' token ids (int64), 'c' row counts (int64, written by moe_counts or
+///            all_to_all), 'r' the router's logits (a value) or row counts, 'g' a gradient,
+///            'u' a value or a gradient, all of the op's 'u' inputs alike (a forward op in a
+///            backward list may combine gradients);
+///   outputs: 'v' a value, 'c' row counts, 'u' the role of the 'u' inputs (a gradient may be
+///            a parameter's),
 ///            'g' a gradient that is no parameter's, 'P' a weight's gradient (a parameter's,
 ///            or a tensor a later op sums into one), a digit j the gradient of input j (when
 ///            input j is a parameter, its gradient or such a tensor, never another's).
@@ -354,6 +364,12 @@ struct Instr {
   static Instr releaseParams(std::vector<std::string> params, bool within = false);
   static Instr optimizerStep(std::vector<Group> normGroups);
 };
+
+/// What an averaging grad collective (Instr::average) over `group` divides the sum by: the
+/// data-parallel replicas whose gradients it sums. That is the group's size, except for
+/// expert_dp, dp x cp: each expert's gradient already sums the tokens of its ep group.
+struct RankPlan;
+int64_t averagingDivisor(const RankPlan &plan, Group group);
 
 bool isTransfer(InstrKind op);
 bool isCompute(InstrKind op);

@@ -83,6 +83,13 @@ private:
   size_t count = 0;
 };
 
+/// The order of Megatron-Core's expert grid, which it builds from the same order string as the
+/// dense grid; that string names ep whenever ep > 1. An order that leaves ep out (a .par
+/// file's three or four axes, a plan's parallel.order) puts it just below dp, the
+/// fastest-varying part of dp x cp's expert share, as the default tp-cp-ep-dp-pp does.
+RankOrder expertOrder(const RankOrder &order);
+
+
 /// The ranks of a job laid out over the axes in one order.
 class RankGrid {
 public:
@@ -120,6 +127,12 @@ private:
   RankOrder rankOrder;
   int64_t worldSize = 1;
 };
+
+/// Megatron-Core's expert grid over the ranks of a dense grid of these sizes: expert tensor
+/// parallelism = tp, ep, expert dp = dp x cp / ep and cp = 1 (ep divides dp x cp), in
+/// expertOrder(order). Its ep groups exchange tokens; its dp groups hold the same experts.
+RankGrid expertGrid(int64_t tp, int64_t cp, int64_t ep, int64_t dp, int64_t pp,
+                    const RankOrder &order);
 
 } // namespace parc
 

@@ -30,15 +30,26 @@
 
 namespace parc::runtime {
 
+/// Row counts [members, experts per member] of an expert-parallel exchange (moe_counts,
+/// all_to_all): a handful of integers that the host needs to size the exchange, so they live
+/// on the host whatever the device.
+struct RowCounts {
+  std::vector<int64_t> shape, values;
+};
+
 /// The tensors of one (chunk, microbatch) between its forward and its backward.
 template <typename T> struct ChunkEnv {
   std::map<std::string, Tensor<T>> values;
   std::map<std::string, Tensor<int64_t>> ids; // tokens and labels
+  std::map<std::string, RowCounts> counts;
 
-  bool has(const std::string &name) const { return values.count(name) || ids.count(name); }
+  bool has(const std::string &name) const {
+    return values.count(name) || ids.count(name) || counts.count(name);
+  }
   void erase(const std::string &name) {
     values.erase(name);
     ids.erase(name);
+    counts.erase(name);
   }
 };
 
@@ -108,7 +119,11 @@ private:
   /// The mixture-of-experts ops (OpMoE.cpp); expertMatMul runs expert_matmul and its
   /// backward with the routing of their logits.
   void executeMoE(Context &ctx);
-  void expertMatMul(Context &ctx, const cpu::MoERouting &routing);
+  /// expert_matmul and its backward over consecutive row blocks, block b holding
+  /// blocks[b].second rows of expert blocks[b].first.
+  void expertMatMul(Context &ctx, llvm::ArrayRef<std::pair<int64_t, int64_t>> blocks);
+  /// The expert-parallel token exchange (OpMoE.cpp).
+  void allToAll(Context &ctx);
   /// The send and recv ops [first, last) of `ops`, posted together as one exchange with the
   /// cp group's members (OpRing.cpp). Message n from one rank to another within a run has tag
   /// n on both sides.
@@ -117,6 +132,9 @@ private:
 
   Operand in(Context &ctx, size_t i);
   const int64_t *ids(Context &ctx, size_t i, std::vector<int64_t> *shape = nullptr);
+  /// Input i as row counts; outCounts writes output i, as the tensor table declares it.
+  const RowCounts &counts(Context &ctx, size_t i);
+  RowCounts &outCounts(Context &ctx, size_t i);
   /// The output's storage: the parameter gradient itself when `kernelAdds` and the output is
   /// one, a scratch buffer added to it after the op when not, otherwise a new zeroed tensor.
   Operand out(Context &ctx, size_t i, bool kernelAdds);
