@@ -236,22 +236,6 @@ int64_t largestScratchGradient(const Program &program, const Mapping &mapping,
   return largest;
 }
 
-/// Elements of the replicated parameters whose gradients are partial over tp under sequence
-/// parallelism (norms, row-parallel biases): the step-end all-reduce sums them in a copy.
-int64_t tpPartialElements(const ModelSpec &model, const Program &program,
-                          const std::vector<ParamUnit> &units) {
-  if (!program.parallel.sequenceParallel)
-    return 0;
-  int64_t n = 0;
-  for (const ParamUnit &unit : units) {
-    if (unit.kind == ParamUnitKind::Block)
-      n += blockParams(model, model.blockGroup(unit.block)).replicated;
-    else if (unit.kind == ParamUnitKind::FinalNorm)
-      n += unit.elements;
-  }
-  return n;
-}
-
 /// One family of parameters ZeRO shards over one group: the dense ones over dp, a MoE
 /// block's experts over the expert-data-parallel group (the ranks that hold the same experts).
 struct StateFamily {
@@ -260,11 +244,31 @@ struct StateFamily {
   bool mayTie = false;                        // holds the word embedding
 };
 
+/// ZeRO 1's reduce-scatters of one stage, both families, chunk by chunk in schedule order (a
+/// chunk's dense buckets, then its experts'): (whole, owned) elements of each bucket.
+struct StepEndReductions {
+  std::vector<std::vector<std::pair<double, double>>> chunks;
+  double whole = 0;
+
+  /// Elements above the whole buckets at the peak: each reduce-scatter adds its owned shard
+  /// before it releases its whole bucket.
+  double transientPeak() const {
+    double left = whole, shards = 0, peak = whole;
+    for (const auto &chunk : chunks)
+      for (auto [bucketWhole, bucketOwned] : chunk) {
+        shards += bucketOwned;
+        peak = std::max(peak, left + shards);
+        left -= bucketWhole;
+      }
+    return peak - whole;
+  }
+};
+
 /// Weights, gradients and optimizer state of one family of the stage, added to `m`, with the
-/// transient buffers: ZeRO-3's gathered buckets, the whole gradient buckets of ZeRO 1 to 3 and
-/// the copies the gradient collectives and ops write through.
+/// transient buffers: ZeRO-3's gathered buckets, the whole gradient buckets of ZeRO 1 to 3
+/// (ZeRO 1's reductions go to `stepEnd`) and the copies ops write their gradients through.
 void addModelStates(const Program &program, const Mapping &mapping, const StateFamily &family,
-                    StageMemory &m) {
+                    StageMemory &m, StepEndReductions &stepEnd) {
   const ModelSpec &model = program.model;
   const ZeroPolicy &policy = family.policy;
   const StateBytesPerParam perParam = stateBytesPerParam(program);
@@ -273,15 +277,16 @@ void addModelStates(const Program &program, const Mapping &mapping, const StateF
       family.mayTie && model.tiedHead() && mapping.pp * mapping.chunks == 1;
   std::vector<ParamUnit> all;
   double owned = 0, padded = 0, largestUse = 0;
-  std::vector<std::pair<double, double>> reductions; // (padded, owned) in reduce-scatter order
-  for (const std::vector<ParamUnit> &units : family.chunks) {
+  std::vector<std::vector<std::pair<double, double>>> reductions(family.chunks.size());
+  for (size_t c = 0; c < family.chunks.size(); ++c) {
+    const std::vector<ParamUnit> &units = family.chunks[c];
     all.insert(all.end(), units.begin(), units.end());
     double word = 0, other = 0;
     for (const ZeroBucket &bucket : policy.buckets(units)) {
       double whole = double(bucket.padded(policy.dp));
       owned += double(bucket.perMember);
       padded += whole;
-      reductions.push_back({whole, double(bucket.perMember)});
+      reductions[c].push_back({whole, double(bucket.perMember)});
       // A tied head on the embedding's chunk reads the word embedding at both ends of the
       // forward and writes its gradient at both ends of the backward: that bucket stays whole
       // while each other bucket is used.
@@ -297,13 +302,12 @@ void addModelStates(const Program &program, const Mapping &mapping, const StateF
   m.paramsPerRank += elements;
   const double n = double(elements);
   const double opScratch = double(largestScratchGradient(program, mapping, all)) * elementBytes;
-  const double tpScratch = double(tpPartialElements(model, program, all)) * perParam.grad;
 
   if (!policy.partitioned()) {
     m.weights += n * perParam.weight;
     m.grads += n * perParam.grad;
     m.optimizer += n * perParam.optimizer;
-    m.gradBuffers += std::max(opScratch, tpScratch);
+    m.gradBuffers += opScratch;
     return;
   }
   m.optimizer += owned * perParam.optimizer;
@@ -311,20 +315,18 @@ void addModelStates(const Program &program, const Mapping &mapping, const StateF
   if (policy.shardsWeights())
     m.gathered += largestUse * perParam.weight;
   if (!policy.shardsGrads()) {
-    // Whole buckets through the step; each reduce-scatter adds its owned shard before it
-    // releases the whole bucket.
-    double peak = padded, whole = padded, shards = 0;
-    for (auto [bucketWhole, bucketOwned] : reductions) {
-      shards += bucketOwned;
-      peak = std::max(peak, whole + shards);
-      whole -= bucketWhole;
-    }
+    // Whole buckets through the step, reduce-scattered at its end (StepEndReductions).
     m.grads += padded * perParam.grad;
-    m.gradBuffers += std::max((peak - padded) * perParam.grad + opScratch, tpScratch);
+    m.gradBuffers += opScratch;
+    stepEnd.whole += padded;
+    stepEnd.chunks.resize(std::max(stepEnd.chunks.size(), reductions.size()));
+    for (size_t c = 0; c < reductions.size(); ++c)
+      stepEnd.chunks[c].insert(stepEnd.chunks[c].end(), reductions[c].begin(),
+                               reductions[c].end());
     return;
   }
   m.grads += owned * perParam.grad;
-  m.gradBuffers += std::max(largestUse * perParam.grad + opScratch, tpScratch);
+  m.gradBuffers += largestUse * perParam.grad + opScratch;
 }
 
 } // namespace
@@ -352,9 +354,11 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
       m.blocks += last - first;
       m.inFlight += inFlight[size_t(chunk)];
     }
-    addModelStates(program, mapping, dense, m);
+    StepEndReductions stepEnd;
+    addModelStates(program, mapping, dense, m, stepEnd);
     if (program.model.hasExperts())
-      addModelStates(program, mapping, experts, m);
+      addModelStates(program, mapping, experts, m, stepEnd);
+    m.gradBuffers += stepEnd.transientPeak() * stateBytesPerParam(program).grad;
     m.activations = stageActivationBytes(program, mapping, stage, inFlight);
     m.reserve = double(program.cluster.gpuReserve);
     est.stages.push_back(m);
