@@ -239,6 +239,13 @@ bool usesMLP(const ModelSpec &model, MLPKind kind) {
 } // namespace
 
 namespace {
+/// A setting the language describes (for estimates and exports) but parrun does not run: the
+/// field it is reported at and why.
+struct Refusal {
+  bool refused;
+  const char *field, *why;
+};
+
 /// Mixture-of-experts blocks are lowered with expert tensor parallelism = tp, without context
 /// parallelism, dropless, and with ep > 1 under ZeRO 0 or 1 only; other mappings are checked
 /// and estimated but not run. A refused setting is reported once, at its field, with a note
@@ -258,10 +265,7 @@ bool checkMoELowerable(const Program &program, const Mapping &mapping, Diagnosti
       dense.push_back(a);
   const bool epPlaced = mapping.layout.expertGrid.order() == expertOrder(RankOrder(dense)) ||
                         mapping.ep == 1;
-  const struct {
-    bool refused;
-    const char *field, *why;
-  } refusals[] = {
+  const Refusal refusals[] = {
       {mapping.cp > 1, "cp",
        "under context parallelism the router's load-balancing loss would see part of each "
        "sequence; plans of MoE models need cp = 1"},
@@ -297,10 +301,7 @@ bool checkLowerable(const Program &program, const Mapping &mapping, DiagnosticEn
   const ModelSpec &m = program.model;
   bool gelu = usesMLP(m, MLPKind::GELU) || usesMLP(m, MLPKind::GeGLU);
   // What the language describes (for estimates and exports) but parrun does not run.
-  const struct {
-    bool refused;
-    const char *field, *why;
-  } refusals[] = {
+  const Refusal refusals[] = {
       {m.dropout > 0, "dropout",
        "dropout is estimated but not run: parrun's plans have no random masks; set "
        "'dropout = 0' to write plans"},

@@ -26,8 +26,10 @@ Cases (world = tp * pp * dp * cp <= 8, tp in {1,2,4}, pp in {1,2,4}, dp in {1,2}
   - ZeRO, recompute and sequence parallelism on the other mappings with tp > 1 and dp > 1;
   - context parallelism (cp 2 and 4) alone and with tp, pp, dp, ZeRO, recompute, sequence
     parallelism, grouped-query attention and rotary positions;
-  - mixture-of-experts blocks (ep 1, expert tensor parallelism = tp) beside tp, pp and dp, with
-    ZeRO, recompute, sequence parallelism and shared experts;
+  - mixture-of-experts blocks (expert tensor parallelism = tp) beside tp, pp and dp, with
+    ZeRO, recompute, sequence parallelism and shared experts, on one expert-parallel rank and
+    with ep 2 and 4 carved from dp (dp 4 up to 4 ranks, the token all-to-all, ZeRO 1 over
+    expert dp);
   - a subset in fp32 (tolerance 1e-5);
   - with --mpirun, a subset as one process per rank under the launcher (--comm=mpi).
 
@@ -385,6 +387,8 @@ GPU_CASES = [
     Case(1, 2, 1, "1f1b", 1, precision="fp32", cp=4),
     # Mixture of experts: the router and the rows routed on the host, the expert GEMMs on the GPU.
     Case(1, 1, 2, "1f1b", 1, precision="fp32", llama=True, variant="moe"),
+    # Expert parallelism: the all-to-all over NCCL (or the CUDA local communicator).
+    Case(1, 1, 2, "1f1b", 1, precision="fp32", llama=True, variant="moe", ep=2),
 ]
 
 
