@@ -247,8 +247,7 @@ struct Refusal {
 };
 
 /// Mixture-of-experts blocks are lowered with expert tensor parallelism = tp, without context
-/// parallelism, dropless, and with ep > 1 under ZeRO 0 or 1 only; other mappings are checked
-/// and estimated but not run. A refused setting is reported once, at its field, with a note
+/// parallelism and dropless; other mappings are checked and estimated but not run. A refused setting is reported once, at its field, with a note
 /// at the first MoE layer.
 bool checkMoELowerable(const Program &program, const Mapping &mapping, DiagnosticEngine &diags) {
   const ModelSpec &m = program.model;
@@ -269,9 +268,6 @@ bool checkMoELowerable(const Program &program, const Mapping &mapping, Diagnosti
       {mapping.cp > 1, "cp",
        "under context parallelism the router's load-balancing loss would see part of each "
        "sequence; plans of MoE models need cp = 1"},
-      {mapping.ep > 1 && program.parallel.zero >= 2, "zero",
-       "ZeRO 2 and 3 are not run with expert parallelism: parrun shards the experts' states "
-       "over expert_dp with ZeRO 1 only; use zero = 0 or 1, or ep = 1"},
       {!epPlaced, "order",
        "an order that places ep other than just below dp cannot be written to a plan, whose "
        "parallel.order names tp, cp, dp and pp; leave ep out of the order"},

@@ -28,8 +28,7 @@ Cases (world = tp * pp * dp * cp <= 8, tp in {1,2,4}, pp in {1,2,4}, dp in {1,2}
     parallelism, grouped-query attention and rotary positions;
   - mixture-of-experts blocks (expert tensor parallelism = tp) beside tp, pp and dp, with
     ZeRO, recompute, sequence parallelism and shared experts, on one expert-parallel rank and
-    with ep 2 and 4 carved from dp (dp 4 up to 4 ranks, the token all-to-all, ZeRO 1 over
-    expert dp);
+    with ep 2 and 4 carved from dp (the token all-to-all, ZeRO over expert dp);
   - a subset in fp32 (tolerance 1e-5);
   - with --mpirun, a subset as one process per rank under the launcher (--comm=mpi).
 
@@ -326,7 +325,7 @@ def build_cases(with_mpi):
         Case(2, 2, 2, "1f1b", 2, "none", True, precision="fp32", llama=True, variant="moe"),
     ]
     # Expert parallelism: the experts split over ep ranks carved from dp, the rows exchanged by
-    # all-to-all; ep 2 and 4 alone, beside dp (expert dp > 1), ZeRO 1 (the experts' states
+    # all-to-all; ep 2 and 4 alone, beside dp (expert dp > 1), ZeRO 1 to 3 (the experts' states
     # sharded over expert dp), tp 2, pp 2, recompute and shared experts.
     cases += [
         Case(1, 1, 2, "1f1b", variant="moe", ep=2),
@@ -336,6 +335,9 @@ def build_cases(with_mpi):
         Case(2, 1, 2, "1f1b", 0, "none", True, llama=True, variant="moe", ep=2),
         Case(1, 2, 2, "1f1b", 0, "full", variant="moe-shared", ep=2),
         Case(2, 2, 2, "interleaved", 1, "selective", True, llama=True, variant="moe", ep=2),
+        Case(1, 1, 4, "1f1b", 2, variant="moe", ep=2),
+        Case(1, 2, 2, "interleaved", 3, variant="moe", ep=2),
+        Case(2, 1, 4, "1f1b", 0, "full", llama=True, variant="moe-shared", ep=4),
     ]
     if with_mpi:
         cases += [
