@@ -367,6 +367,13 @@ void MappingChecker::checkPlanSize() {
   // blocks <= MaxBlocks, chunks <= MaxBlocks and M <= MaxMicrobatches: no overflow.
   int64_t ops = 128 * blocks + 256;
   int64_t instructions = 16 * mapping.chunks * mapping.microbatches + 64;
+  // pp x chunks <= MaxBlocks (a block per virtual stage): no overflow either.
+  int64_t passes = 2 * par.pp * mapping.chunks * mapping.microbatches;
+  if (passes > limits::MaxStepPasses)
+    error("parallel.global_batch",
+          "the step time is simulated over every forward and backward pass of the step, here "
+          "2 x pp x chunks x M = " + str(passes) + ", more than the limit of " +
+              str(limits::MaxStepPasses) + "; use fewer microbatches per step or fewer stages");
   if (ops + instructions <= limits::MaxPlanEntries)
     return;
   bool schedule = instructions >= ops;

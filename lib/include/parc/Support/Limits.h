@@ -61,6 +61,10 @@ inline constexpr int64_t MaxPlanEntries = int64_t(1) << 20;
 /// Forward and backward passes of all stages (2 x pp x chunks x M) that --emit=trace and
 /// --emit=svg simulate and draw.
 inline constexpr int64_t MaxTimelinePasses = int64_t(1) << 20;
+/// The same passes for the step time every estimate simulates (the report, -o's summary, the
+/// search's candidates): about half a second and a few hundred MB at the limit, four times
+/// an interleaved pp 128 x 8 chunks x M 1024, far beyond any published run.
+inline constexpr int64_t MaxStepPasses = int64_t(1) << 22;
 /// Work of one `auto` search: each memory estimate and each step bound of a candidate costs
 /// one unit per transformer block, each simulated step one per forward and backward pass, about
 /// what they take. 2^26 units took 4 s of one core on the 2-core machine; the spaces of
