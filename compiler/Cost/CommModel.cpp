@@ -69,7 +69,7 @@ double CommModel::busBandwidth(const GroupGeometry &group) const {
   // each when the cluster does not say).
   const double gpus = double(std::max<int64_t>(cluster.gpusPerNode, 1));
   const double nics = cluster.nicsPerNode > 0 ? double(cluster.nicsPerNode) : gpus;
-  double adapters = double(group.ranksPerNode) * nics / gpus;
+  double adapters = double(group.ownRailOnly ? 1 : group.ranksPerNode) * nics / gpus;
   double network = adapters * cluster.interNode.bandwidth * kNetworkEfficiency;
   return group.ranksPerNode > 1 ? std::min(intraNodeBandwidth(), network) : network;
 }

@@ -12,6 +12,17 @@
 //           what the pass's compute cannot cover shows, plus the first layer's gather.
 // Gradients travel in train.grad_dtype, weights in the model's dtype.
 //
+// ZeRO 3's traffic is charged at each GPU's own adapter share, not at the rings over all the
+// adapters a node's GPUs own together that a single large collective reaches (CommModel.h).
+// This is measured, not derived: DeepSpeed's ZeRO-3 runs of Narayanan et al. 2021 (Table 2)
+// take the same step time when the GPUs double at a fixed global batch (66.75 s on 768 and
+// 1536 A100s for 175B, 180 s and 184 s on 1120 and 2240 for 530B), so their step is bound by a
+// per-GPU byte volume that does not shrink with the world: 1.4 TB per GPU per step for 175B
+// in 66.75 s is 21 GB/s, one HDR adapter's 25 GB/s at 84 %, where NCCL's rings over a DGX
+// A100's 8 adapters reach about 180 GB/s. Whatever serialises the gathers (one module's
+// parameters at a time over a communicator of every GPU), the per-GPU rate is what those runs
+// show, and the 530B rows follow from the 175B ones with it (docs/memory-and-cost.md).
+//
 //===----------------------------------------------------------------------===//
 #include "parc/Cost/GPUModel.h"
 #include "parc/Cost/MemoryModel.h"
@@ -48,25 +59,32 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
   const ZeroPolicy policy = zeroPolicy(par, mapping.gradientRanks()); // ZeroPolicy.h decides what moves
   const double weightBytes = double(bytesPerElement(model.dtype));
   const double gradBytes = double(bytesPerElement(program.train.gradDtype));
-  const GroupGeometry &dp = table.dp, &edp = table.expertDp;
   // Dense parameters synchronise over dp, experts over the ranks holding the same experts.
-  auto both = [&](double (CommModel::*op)(double, const GroupGeometry &) const, double params,
-                  double experts, double bytesPer, double layers) {
-    return perLayer(op, comm, (params - experts) * bytesPer, dp, layers) +
-           perLayer(op, comm, experts * bytesPer, edp, layers);
+  auto over = [&](bool ownRail) {
+    GroupGeometry dp = table.dp, edp = table.expertDp;
+    dp.ownRailOnly = edp.ownRailOnly = ownRail;
+    return [&comm, dp, edp](double (CommModel::*op)(double, const GroupGeometry &) const,
+                            double params, double experts, double bytesPer, double layers) {
+      return perLayer(op, comm, (params - experts) * bytesPer, dp, layers) +
+             perLayer(op, comm, experts * bytesPer, edp, layers);
+    };
   };
+  const auto both = over(false);
+  const auto aroundUse = over(true);
 
   for (VirtualStageWork &w : table.virtualStages) {
     const double layers = double(w.lastBlock - w.firstBlock);
-    const double gather =
-        both(&CommModel::allGather, w.params, w.expertParams, weightBytes, layers);
-    const double scatter =
-        both(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers);
     if (policy.gathersWeightsAroundUse()) {
+      const double gather =
+          aroundUse(&CommModel::allGather, w.params, w.expertParams, weightBytes, layers);
+      const double scatter =
+          aroundUse(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers);
       w.forward.zero = prefetched(gather, w.forward.compute(), layers);
       w.backward.zero = prefetched(gather + scatter,
                                    w.backward.compute() + w.recompute.compute(), layers);
     } else if (policy.gradReduction() == GradReduction::ReduceScatterPerMicrobatch) {
+      const double scatter =
+          both(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers);
       w.backward.zero = par.overlapGradReduce
                             ? prefetched(scatter, w.backward.compute(), layers)
                             : scatter;

@@ -1,6 +1,12 @@
 //===- CostModelTest.cpp - The step-time model's formulas by hand ---------===//
+#include "TestModels.h"
+#include "parc/Check/Mapping.h"
 #include "parc/Cost/CommModel.h"
 #include "parc/Cost/GPUModel.h"
+#include "parc/Cost/StageWork.h"
+
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <gtest/gtest.h>
 
@@ -63,9 +69,51 @@ TEST(CommModel, HierarchicalAllReduceOverTwoNodes) {
   GroupGeometry sparse = geometryOf(2, 8, true, 8);
   EXPECT_EQ(sparse.ranksPerNode, 1);
   EXPECT_DOUBLE_EQ(comm.busBandwidth(sparse), 22.5e9);
+  // ZeRO 3's gathers leave each GPU through its own adapter, however many share the node.
+  GroupGeometry ownRail = both;
+  ownRail.ownRailOnly = true;
+  EXPECT_DOUBLE_EQ(comm.busBandwidth(ownRail), 22.5e9);
+  EXPECT_NEAR(comm.allGather(GiB, ownRail),
+              8.4e-6 + 14 * 3.4e-6 + 1 * 5e-6 + 15.0 / 16 * GiB / 22.5e9, 1e-12);
   // Half as many adapters per node halve a node-filling group's network bandwidth.
   cluster.nicsPerNode = 4;
   EXPECT_DOUBLE_EQ(CommModel(cluster).busBandwidth(both), 90e9);
+  EXPECT_DOUBLE_EQ(CommModel(cluster).busBandwidth(ownRail), 11.25e9);
+}
+
+// ZeRO 3 over dp 16 on two DGX nodes (8 blocks of hidden 2048, tp 1, pp 1): the forward shows what its
+// compute (kernel launches, on these infinitely fast GPUs) cannot hide of every layer's weight
+// gather over each GPU's own adapter, and the first layer's gather again.
+TEST(DataParallelWork, ZeroThreeGathersRunOnEachGPUsOwnAdapter) {
+  Program p;
+  p.model = test::eightBlockGPT();
+  p.model.hidden = 2048; // 50 M parameters a block: a gather is bandwidth-bound
+  p.model.ffn = p.model.layers[1].ffn = 8192;
+  p.cluster = dgxA100(2);
+  p.cluster.gpuFlops = p.cluster.gpuMemoryBandwidth = 1e30;
+  p.parallel.dpAuto = true;
+  p.parallel.globalBatch = 16;
+  p.parallel.zero = 3;
+  llvm::SourceMgr sourceMgr;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  DiagnosticEngine diags(sourceMgr, os);
+  std::optional<Mapping> m = checkMapping(p, diags);
+  ASSERT_TRUE(m.has_value()) << os.str();
+  ASSERT_EQ(m->dp, 16);
+  WorkTable work = buildWorkTable(p, *m);
+  const VirtualStageWork &w = work.virtualStages[0];
+  const double layers = double(w.lastBlock - w.firstBlock);
+  GroupGeometry dp = work.dp;
+  ASSERT_EQ(dp.ranksPerNode, 8);
+  dp.ownRailOnly = true;
+  CommModel comm(p.cluster);
+  double gather = layers * comm.allGather(w.params * 2 / layers, dp);
+  EXPECT_NEAR(w.forward.zero,
+              CommModel::exposedBeside(gather, w.forward.compute()) + gather / layers,
+              1e-9 * gather);
+  // The node's 8 adapters together would have made it several times cheaper.
+  EXPECT_GT(gather, 4 * layers * comm.allGather(w.params * 2 / layers, work.dp));
 }
 
 TEST(GPUModel, GemmAtTwoShapes) {

@@ -30,6 +30,10 @@ struct GroupGeometry {
   int64_t ranks = 1;
   int64_t nodes = 1;        // nodes the group spans
   int64_t ranksPerNode = 1; // its ranks on each of those nodes
+  /// Its inter-node traffic leaves each GPU through that GPU's own adapter share instead of
+  /// the rings over all the adapters its GPUs own on a node (ZeRO 3's gathers, see
+  /// DataParallelWork.cpp).
+  bool ownRailOnly = false;
 
   bool crossesNodes() const { return nodes > 1; }
 };
