@@ -368,7 +368,7 @@ void MappingChecker::checkPlanSize() {
   int64_t ops = 128 * blocks + 256;
   int64_t instructions = 16 * mapping.chunks * mapping.microbatches + 64;
   // pp x chunks <= MaxBlocks (a block per virtual stage): no overflow either.
-  int64_t passes = 2 * par.pp * mapping.chunks * mapping.microbatches;
+  int64_t passes = stepPasses(par.pp, mapping.chunks, mapping.microbatches);
   if (passes > limits::MaxStepPasses)
     error("parallel.global_batch",
           "the step time is simulated over every forward and backward pass of the step, here "

@@ -4,6 +4,7 @@
 #include "parc/Cost/MemoryModel.h"
 #include "parc/Cost/StageWork.h"
 #include "parc/Cost/StepTimeline.h"
+#include "parc/Support/Limits.h"
 #include "parc/Support/Units.h"
 
 #include <algorithm>
@@ -25,6 +26,8 @@ const char *toString(Rejection reason) {
     return "schedule rule";
   case Rejection::ZeroWithoutDP:
     return "zero without dp";
+  case Rejection::StepLimit:
+    return "step limit";
   case Rejection::OutOfMemory:
     return "out of memory";
   }
@@ -290,6 +293,10 @@ void Enumerator::runWithExperts(int64_t tp, int64_t cp, int64_t pp, int64_t ep, 
       continue;
     }
     const int64_t microbatches = base.globalBatch / (mb * dp);
+    if (microbatches > limits::MaxMicrobatches) { // the mapping check refuses it
+      t.reject(Rejection::StepLimit, int64_t(below(2)));
+      continue;
+    }
     for (int64_t sp : d.sp) {
       if (sp && !sequenceParallelSplits(program.model, tp, cp)) {
         t.reject(Rejection::SequenceParallel, int64_t(below(3)));
@@ -307,6 +314,10 @@ void Enumerator::runWithExperts(int64_t tp, int64_t cp, int64_t pp, int64_t ep, 
           t.reject(pipelineRule || interleaved ? Rejection::ScheduleRule
                                                : Rejection::DoesNotDivide,
                    int64_t(below(4)));
+          continue;
+        }
+        if (stepPasses(pp, partition->chunks, microbatches) > limits::MaxStepPasses) {
+          t.reject(Rejection::StepLimit, int64_t(below(4)));
           continue;
         }
         for (int64_t rc : d.recompute)

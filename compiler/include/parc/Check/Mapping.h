@@ -132,6 +132,13 @@ struct Mapping {
   StagePartition partition;
 };
 
+/// The forward and backward passes of every stage's chunks and microbatches that a step time
+/// simulates, bounded by limits::MaxStepPasses (no overflow for pp x chunks <= MaxBlocks and
+/// M <= MaxMicrobatches).
+inline int64_t stepPasses(int64_t pp, int64_t chunks, int64_t microbatches) {
+  return 2 * pp * chunks * microbatches;
+}
+
 /// The fraction of a step the pipeline sits idle: (pp - 1) / M for GPipe and 1F1B (same
 /// bubble, 1F1B only bounds the activations in flight), (pp - 1) / (chunks * M) interleaved
 /// (Narayanan et al. 2021, section 2.2).

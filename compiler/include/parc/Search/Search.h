@@ -34,9 +34,10 @@ enum class Rejection {
   SequenceParallel, // sequence parallelism without tp > 1 or a seq / cp that tp does not divide
   ScheduleRule,     // a pipeline schedule without pp > 1, chunks that do not split, M % pp
   ZeroWithoutDP,    // zero > 0 with dp = 1 shards nothing
+  StepLimit,        // more microbatches or simulated passes per step than Limits.h allows
   OutOfMemory,
 };
-constexpr size_t kRejections = 6;
+constexpr size_t kRejections = 7;
 const char *toString(Rejection reason);
 
 /// One mapping the search evaluated.
