@@ -31,7 +31,7 @@ inline void geluParts(float x, float &onePlusErf, float &gaussian) {
   onePlusErf = x >= 0 ? 2.0f - erfc : erfc;
 }
 
-void geluForwardRange(float *y, const float *x, int64_t begin, int64_t end) {
+PARC_VECTOR_CLONES void geluForwardRange(float *y, const float *x, int64_t begin, int64_t end) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
     float onePlusErf, gaussian;
@@ -40,7 +40,8 @@ void geluForwardRange(float *y, const float *x, int64_t begin, int64_t end) {
   }
 }
 
-void geluBackwardRange(float *dx, const float *x, const float *dy, int64_t begin, int64_t end) {
+PARC_VECTOR_CLONES void geluBackwardRange(float *dx, const float *x, const float *dy, int64_t begin,
+                                          int64_t end) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
     float onePlusErf, gaussian;
