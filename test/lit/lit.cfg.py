@@ -12,7 +12,7 @@ config.test_exec_root = os.path.join(config.parc_obj_root, "test", "lit")
 
 # A sanitizer build's settings (scripts/sanitize.sh) reach the tools under test.
 for name in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "PARC_TEST_TIME_SCALE",
-             "OMPI_MCA_mca_base_component_disable_dlclose"):
+             "OMPI_MCA_mca_base_component_disable_dlclose", "OMPI_MCA_mca_base_env_list"):
     if name in os.environ:
         config.environment[name] = os.environ[name]
 
