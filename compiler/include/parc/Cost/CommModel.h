@@ -7,8 +7,10 @@
 // node runs at its GPUs' NVLink (or PCIe) bandwidth. A group spanning nodes runs one ring per
 // network adapter its GPUs own on each node (rails): its bus bandwidth is the smaller of one
 // GPU's intra-node link and those adapters together, so a tp or dp group holding all 8 GPUs
-// of a node uses all 8 adapters, and a group of one GPU per node uses that GPU's share. A
-// point-to-point send (pipeline activations and gradients) crosses one link.
+// of a node uses all 8 adapters, and a group of one GPU per node uses that GPU's share; a
+// geometry marked ownRailOnly (ZeRO 3's gathers, DataParallelWork.cpp) uses each GPU's share
+// however many of its GPUs share a node. A point-to-point send (pipeline activations and
+// gradients) crosses one link.
 //
 // `bytes` is always the size of the full buffer: the all-reduced tensor, the gathered output
 // or the reduce-scatter input. A group of one rank communicates nothing and costs 0.
