@@ -1,12 +1,8 @@
 //===- CostModelTest.cpp - The step-time model's formulas by hand ---------===//
 #include "TestModels.h"
-#include "parc/Check/Mapping.h"
 #include "parc/Cost/CommModel.h"
 #include "parc/Cost/GPUModel.h"
 #include "parc/Cost/StageWork.h"
-
-#include "llvm/Support/SourceMgr.h"
-#include "llvm/Support/raw_ostream.h"
 
 #include <gtest/gtest.h>
 
@@ -94,14 +90,9 @@ TEST(DataParallelWork, ZeroThreeGathersRunOnEachGPUsOwnAdapter) {
   p.parallel.dpAuto = true;
   p.parallel.globalBatch = 16;
   p.parallel.zero = 3;
-  llvm::SourceMgr sourceMgr;
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  DiagnosticEngine diags(sourceMgr, os);
-  std::optional<Mapping> m = checkMapping(p, diags);
-  ASSERT_TRUE(m.has_value()) << os.str();
-  ASSERT_EQ(m->dp, 16);
-  WorkTable work = buildWorkTable(p, *m);
+  Mapping m = test::mapped(p);
+  ASSERT_EQ(m.dp, 16);
+  WorkTable work = buildWorkTable(p, m);
   const VirtualStageWork &w = work.virtualStages[0];
   const double layers = double(w.lastBlock - w.firstBlock);
   GroupGeometry dp = work.dp;

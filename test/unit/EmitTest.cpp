@@ -28,6 +28,7 @@ namespace path = llvm::sys::path;
 namespace {
 
 using test::makeConfig;
+using test::mapped;
 
 //===--- Per-instruction times of the schedule verifier --------------------===//
 
@@ -119,16 +120,6 @@ Program smallProgram(ScheduleKind schedule, int64_t chunks) {
   p.parallel.schedule = schedule;
   p.parallel.chunks = chunks;
   return p;
-}
-
-Mapping mapped(const Program &p) {
-  llvm::SourceMgr sourceMgr;
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  DiagnosticEngine diags(sourceMgr, os);
-  std::optional<Mapping> mapping = checkMapping(p, diags);
-  EXPECT_TRUE(mapping.has_value()) << os.str();
-  return mapping ? *mapping : Mapping();
 }
 
 TEST(StepTimeline, FollowsTheWorkTableAndTheLink) {

@@ -2,10 +2,28 @@
 #ifndef PARC_TEST_UNIT_TESTMODELS_H
 #define PARC_TEST_UNIT_TESTMODELS_H
 
+#include "parc/Check/Mapping.h"
 #include "parc/Lower/Schedule.h"
 #include "parc/Sema/Program.h"
 
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/raw_ostream.h"
+#include <gtest/gtest.h>
+
+#include <string>
+
 namespace parc::test {
+
+/// The mapping of a job the test expects to pass every rule; a failure shows the diagnostics.
+inline Mapping mapped(const Program &p) {
+  llvm::SourceMgr sourceMgr;
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  DiagnosticEngine diags(sourceMgr, os);
+  std::optional<Mapping> mapping = checkMapping(p, diags);
+  EXPECT_TRUE(mapping.has_value()) << os.str();
+  return mapping ? *mapping : Mapping();
+}
 
 /// A GPT of 8 blocks (hidden 128, 4 heads, ffn 512, vocab 1000, seq 64) with a tied head:
 /// every tp <= 4 and pp dividing 8 satisfy its divisibility rules.
