@@ -492,7 +492,7 @@ std::vector<Candidate> fastest(const Program &program, std::vector<const Scored 
                     [&](const auto &d) { return sameLayout(*d.second, *s); }))
       continue;
     int64_t microbatches = program.parallel.globalBatch / (s->mb * s->dp);
-    if (!budget.spend(2 * s->pp * s->chunks * microbatches))
+    if (!budget.spend(stepPasses(s->pp, s->chunks, microbatches)))
       return {};
     done.push_back({simulate(program, *s), s});
     std::sort(done.begin(), done.end(), [](const auto &a, const auto &b) {
