@@ -59,26 +59,24 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
   const ZeroPolicy policy = zeroPolicy(par, mapping.gradientRanks()); // ZeroPolicy.h decides what moves
   const double weightBytes = double(bytesPerElement(model.dtype));
   const double gradBytes = double(bytesPerElement(program.train.gradDtype));
-  // Dense parameters synchronise over dp, experts over the ranks holding the same experts.
-  auto over = [&](bool ownRail) {
-    GroupGeometry dp = table.dp, edp = table.expertDp;
-    dp.ownRailOnly = edp.ownRailOnly = ownRail;
-    return [&comm, dp, edp](double (CommModel::*op)(double, const GroupGeometry &) const,
-                            double params, double experts, double bytesPer, double layers) {
-      return perLayer(op, comm, (params - experts) * bytesPer, dp, layers) +
-             perLayer(op, comm, experts * bytesPer, edp, layers);
-    };
+  // Dense parameters synchronise over dp, experts over the ranks holding the same experts;
+  // ZeRO 3's traffic around use over each GPU's own rail (see above).
+  GroupGeometry dpRail = table.dp, edpRail = table.expertDp;
+  dpRail.ownRailOnly = edpRail.ownRailOnly = true;
+  auto both = [&](double (CommModel::*op)(double, const GroupGeometry &) const, double params,
+                  double experts, double bytesPer, double layers, bool ownRail = false) {
+    return perLayer(op, comm, (params - experts) * bytesPer, ownRail ? dpRail : table.dp,
+                    layers) +
+           perLayer(op, comm, experts * bytesPer, ownRail ? edpRail : table.expertDp, layers);
   };
-  const auto both = over(false);
-  const auto aroundUse = over(true);
 
   for (VirtualStageWork &w : table.virtualStages) {
     const double layers = double(w.lastBlock - w.firstBlock);
     if (policy.gathersWeightsAroundUse()) {
       const double gather =
-          aroundUse(&CommModel::allGather, w.params, w.expertParams, weightBytes, layers);
+          both(&CommModel::allGather, w.params, w.expertParams, weightBytes, layers, true);
       const double scatter =
-          aroundUse(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers);
+          both(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers, true);
       w.forward.zero = prefetched(gather, w.forward.compute(), layers);
       w.backward.zero = prefetched(gather + scatter,
                                    w.backward.compute() + w.recompute.compute(), layers);
