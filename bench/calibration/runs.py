@@ -205,8 +205,14 @@ class Row:
         precision = lower_join(self.raw.get("precision"), par.get("precision"),
                                hw.get("precision"), par.get("mixed_precision"))
         self.dtype = "fp16" if "fp16" in precision else "bf16"
-        # FSDP's PURE mixed precision (and DeepSpeed's bf16 gradients) reduce in the dtype.
-        self.grad_dtype = "bf16" if "pure" in precision or "bf16 grad" in precision else "fp32"
+        # FSDP's PURE mixed precision (and DeepSpeed's bf16 gradients) reduce in the dtype, and
+        # so does DeepSpeed's ZeRO-3 by default: its stage 3 optimizer accumulates and
+        # reduce-scatters the gradients in the model's dtype (gradient_accumulation_dtype and
+        # communication_data_type default to it, deepspeed/runtime/zero/stage3.py).
+        sharding = lower_join(par.get("scheme"), par.get("sharding"))
+        deepspeed_zero3 = self.zero == 3 and "fsdp" not in sharding and "full_shard" not in sharding
+        half_grads = "pure" in precision or "bf16 grad" in precision or deepspeed_zero3
+        self.grad_dtype = "bf16" if half_grads else "fp32"
         # Megatron's GPT of 2021-2022 used its unfused softmax attention and dropout 0.1.
         attn = lower_join(par.get("attention"), model.get("attention"), self.raw.get("notes"))
         old = self.year is not None and self.year <= 2022

@@ -70,7 +70,8 @@ double CommModel::busBandwidth(const GroupGeometry &group) const {
   const double gpus = double(std::max<int64_t>(cluster.gpusPerNode, 1));
   const double nics = cluster.nicsPerNode > 0 ? double(cluster.nicsPerNode) : gpus;
   double adapters = double(group.ownRailOnly ? 1 : group.ranksPerNode) * nics / gpus;
-  double network = adapters * cluster.interNode.bandwidth * kNetworkEfficiency;
+  double network = adapters * cluster.interNode.bandwidth *
+                   (group.ownRailOnly ? kOwnRailEfficiency : kNetworkEfficiency);
   return group.ranksPerNode > 1 ? std::min(intraNodeBandwidth(), network) : network;
 }
 

@@ -7,9 +7,11 @@
 //           (Megatron's distributed optimizer);
 //   zero 2  reduce-scatter of each microbatch's gradients in its backward (the gradients are
 //           kept sharded), all-gather of the updated weights once per step;
-//   zero 3  all-gather of the weights before each microbatch's forward and again before its
-//           backward, reduce-scatter of its gradients; prefetched one layer ahead, so only
-//           what the pass's compute cannot cover shows, plus the first layer's gather.
+//   zero 3  all-gather of each bucket for every run of a pass's ops that read it (before the
+//           forward's and the backward's use, and again for a full recompute's where another
+//           bucket's use comes between; ZeroPolicy.h), reduce-scatter of each microbatch's
+//           gradients; prefetched one layer ahead, so only what the pass's compute cannot
+//           cover shows, plus the first layer's gather.
 // Gradients travel in train.grad_dtype, weights in the model's dtype.
 //
 // ZeRO 3's traffic is charged at each GPU's own adapter share, not at the rings over all the
@@ -17,11 +19,14 @@
 // This is measured, not derived: DeepSpeed's ZeRO-3 runs of Narayanan et al. 2021 (Table 2)
 // take the same step time when the GPUs double at a fixed global batch (66.75 s on 768 and
 // 1536 A100s for 175B, 180 s and 184 s on 1120 and 2240 for 530B), so their step is bound by a
-// per-GPU byte volume that does not shrink with the world: 1.4 TB per GPU per step for 175B
-// in 66.75 s is 21 GB/s, one HDR adapter's 25 GB/s at 84 %, where NCCL's rings over a DGX
-// A100's 8 adapters reach about 180 GB/s. Whatever serialises the gathers (one module's
-// parameters at a time over a communicator of every GPU), the per-GPU rate is what those runs
-// show, and the 530B rows follow from the 175B ones with it (docs/memory-and-cost.md).
+// per-GPU byte volume that does not shrink with the world. Counted as parc's plan moves them
+// (a full recompute regathers each attention half, the gradients reduce-scatter in bf16 as
+// DeepSpeed's stage 3 does), 175B sends 1.05 TB per GPU per step, which in 66.75 s is 16 GB/s
+// and 530B's 3.2 TB in 184 s is 18 GB/s: 65 to 72 % of one HDR adapter's 25 GB/s
+// (CommModel::kOwnRailEfficiency takes 75 %), where NCCL's rings over a DGX A100's 8 adapters
+// reach about 180 GB/s. Whatever serialises the gathers (one module's parameters at a time
+// over a communicator of every GPU), the per-GPU rate is what those runs show
+// (docs/memory-and-cost.md).
 //
 //===----------------------------------------------------------------------===//
 #include "parc/Cost/GPUModel.h"
@@ -44,10 +49,11 @@ double prefetched(double comm, double compute, double layers) {
   return CommModel::exposedBeside(comm, compute) + comm / std::max(1.0, layers);
 }
 
-/// One collective per layer: `layers` collectives of bytes / layers each.
-double perLayer(double (CommModel::*op)(double, const GroupGeometry &) const,
-                const CommModel &comm, double bytes, const GroupGeometry &group, double layers) {
-  double n = std::max(1.0, layers);
+/// `count` collectives of bytes / count each (one per layer, or per gathered run).
+double inCollectives(double (CommModel::*op)(double, const GroupGeometry &) const,
+                     const CommModel &comm, double bytes, const GroupGeometry &group,
+                     double count) {
+  double n = std::max(1.0, count);
   return n * (comm.*op)(bytes / n, group);
 }
 } // namespace
@@ -65,21 +71,43 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
   dpRail.ownRailOnly = edpRail.ownRailOnly = true;
   auto both = [&](double (CommModel::*op)(double, const GroupGeometry &) const, double params,
                   double experts, double bytesPer, double layers, bool ownRail = false) {
-    return perLayer(op, comm, (params - experts) * bytesPer, ownRail ? dpRail : table.dp,
+    return inCollectives(op, comm, (params - experts) * bytesPer, ownRail ? dpRail : table.dp,
                     layers) +
-           perLayer(op, comm, experts * bytesPer, ownRail ? edpRail : table.expertDp, layers);
+           inCollectives(op, comm, experts * bytesPer, ownRail ? edpRail : table.expertDp, layers);
   };
 
-  for (VirtualStageWork &w : table.virtualStages) {
+  const ZeroPolicy expertPolicy = zeroPolicy(par, mapping.expertDp());
+  const bool fullRecompute = par.recompute == Recompute::Full;
+  const int64_t virtualStages = mapping.pp * mapping.chunks;
+  for (int64_t v = 0; v < virtualStages; ++v) {
+    VirtualStageWork &w = table.virtualStages[size_t(v)];
     const double layers = double(w.lastBlock - w.firstBlock);
     if (policy.gathersWeightsAroundUse()) {
-      const double gather =
-          both(&CommModel::allGather, w.params, w.expertParams, weightBytes, layers, true);
+      // The gathers the lowering makes: one per run of reads of a bucket (ZeroPolicy.h).
+      const bool tiedHead = model.tiedHead() && virtualStages == 1;
+      const std::vector<ParamUnit> units = virtualStageUnits(model, mapping, v);
+      const std::vector<ParamUnit> expertList = expertUnits(model, mapping, v);
+      const ChunkGathers chunk = gathersAroundUse(
+          model, {policy, units, expertPolicy, expertList, mapping.ep == 1}, fullRecompute,
+          tiedHead);
+      const ZeroGathers &dense = chunk.dense, &experts = chunk.experts;
+      auto gathers = [&](double denseElements, int64_t denseCount, double expertElements,
+                         int64_t expertCount) {
+        return inCollectives(&CommModel::allGather, comm, denseElements * weightBytes, dpRail,
+                        double(denseCount)) +
+               inCollectives(&CommModel::allGather, comm, expertElements * weightBytes, edpRail,
+                        double(expertCount));
+      };
       const double scatter =
           both(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers, true);
-      w.forward.zero = prefetched(gather, w.forward.compute(), layers);
-      w.backward.zero = prefetched(gather + scatter,
-                                   w.backward.compute() + w.recompute.compute(), layers);
+      w.forward.zero = prefetched(gathers(dense.forwardElements, dense.forwardCollectives,
+                                          experts.forwardElements, experts.forwardCollectives),
+                                  w.forward.compute(), layers);
+      w.backward.zero =
+          prefetched(gathers(dense.backwardElements, dense.backwardCollectives,
+                             experts.backwardElements, experts.backwardCollectives) +
+                         scatter,
+                     w.backward.compute() + w.recompute.compute(), layers);
     } else if (policy.gradReduction() == GradReduction::ReduceScatterPerMicrobatch) {
       const double scatter =
           both(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers);

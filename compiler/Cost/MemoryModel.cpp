@@ -37,31 +37,40 @@ void addDenseMLP(const ModelSpec &model, const LayerGroup &block, int64_t f, Par
 }
 } // namespace
 
-ParamCount blockParams(const ModelSpec &model, const LayerGroup &block) {
+BlockHalves blockHalves(const ModelSpec &model, const LayerGroup &block) {
   const int64_t h = model.hidden, d = headDim(model, block);
   const int64_t q = block.heads * d, kv = block.kvHeads * d;
   const bool bias = hasLinearBiases(model), qkvBias = hasQKVBias(model);
-  ParamCount p;
+  BlockHalves halves;
   // Column-parallel layers split their weight and bias; row-parallel layers split the weight
   // and keep the bias whole, since it is added after the all-reduce.
-  p.sharded += h * q + (qkvBias ? q : 0); // Q
-  p.keyValue = h * 2 * kv + (qkvBias ? 2 * kv : 0);
-  p.kvHeads = block.kvHeads;
-  p.sharded += q * h;                                      // attention output projection
-  p.replicated += bias ? h : 0;
+  ParamCount &a = halves.attention;
+  a.sharded += h * q + (qkvBias ? q : 0); // Q
+  a.keyValue = h * 2 * kv + (qkvBias ? 2 * kv : 0);
+  a.kvHeads = block.kvHeads;
+  a.sharded += q * h; // attention output projection
+  a.replicated += (bias ? h : 0) + normParams(model);
+  ParamCount &m = halves.mlp;
   const MoESpec &moe = block.moe;
   if (moe.enabled()) {
     // The router (no bias), then experts without biases, as Mixtral's and DeepSeek's.
-    p.replicated += moe.experts * h;
+    m.replicated += moe.experts * h;
     const int64_t f = moe.ffn, expertIn = isGated(block.mlp) ? 2 * f : f;
-    p.expert = moe.experts * (h * expertIn + f * h);
-    p.activeExpert = p.expert / moe.experts * moe.topK;
+    m.expert = moe.experts * (h * expertIn + f * h);
+    m.activeExpert = m.expert / moe.experts * moe.topK;
     if (moe.sharedExperts)
-      addDenseMLP(model, block, moe.sharedFfn(), p);
+      addDenseMLP(model, block, moe.sharedFfn(), m);
   } else {
-    addDenseMLP(model, block, block.ffn, p);
+    addDenseMLP(model, block, block.ffn, m);
   }
-  p.replicated += 2 * normParams(model);
+  m.replicated += normParams(model);
+  return halves;
+}
+
+ParamCount blockParams(const ModelSpec &model, const LayerGroup &block) {
+  BlockHalves halves = blockHalves(model, block);
+  ParamCount p = halves.attention;
+  p += halves.mlp;
   return p;
 }
 
@@ -138,8 +147,11 @@ std::vector<ParamUnit> virtualStageUnits(const ModelSpec &model, const Mapping &
       add(ParamUnitKind::Head, headParams(model, mapping.paddedVocab));
     add(ParamUnitKind::FinalNorm, finalNormParams(model));
   }
-  for (int64_t i = last - 1; i >= first; --i)
-    add(ParamUnitKind::Block, blockParams(model, model.blockGroup(i)), i);
+  for (int64_t i = last - 1; i >= first; --i) {
+    BlockHalves halves = blockHalves(model, model.blockGroup(i));
+    add(ParamUnitKind::MLP, halves.mlp, i);
+    add(ParamUnitKind::Attention, halves.attention, i);
+  }
   if (virtualStage == 0) {
     ParamCount embedding = embeddingParams(model, mapping.paddedVocab);
     if (embedding.replicated > 0) {
@@ -222,15 +234,18 @@ int64_t largestScratchGradient(const Program &program, const Mapping &mapping,
   const bool mixed = program.train.gradDtype != model.dtype;
   int64_t largest = 0;
   for (const ParamUnit &unit : units) {
-    if (unit.kind != ParamUnitKind::Block) {
+    if (unit.kind != ParamUnitKind::Attention && unit.kind != ParamUnitKind::MLP) {
       largest = std::max(largest, mixed ? unit.elements : 0);
       continue;
     }
     const LayerGroup &block = model.blockGroup(unit.block);
     int64_t d = headDim(model, block);
     if (mixed)
-      largest = std::max(largest, model.hidden * std::max(block.heads * d, block.ffn) / mapping.tp);
-    else if (block.kvHeads < mapping.tp)
+      largest = std::max(largest, model.hidden *
+                                      (unit.kind == ParamUnitKind::MLP ? block.ffn
+                                                                       : block.heads * d) /
+                                      mapping.tp);
+    else if (unit.kind == ParamUnitKind::Attention && block.kvHeads < mapping.tp)
       largest = std::max(largest, model.hidden * d);
   }
   return largest;
@@ -265,7 +280,7 @@ struct StepEndReductions {
 };
 
 /// Weights, gradients and optimizer state of one family of the stage, added to `m`, with the
-/// transient buffers: ZeRO-3's gathered buckets, the whole gradient buckets of ZeRO 1 to 3
+/// transient buffers: the whole gradient buckets of ZeRO 1 to 3
 /// (ZeRO 1's reductions go to `stepEnd`) and the copies ops write their gradients through.
 void addModelStates(const Program &program, const Mapping &mapping, const StateFamily &family,
                     StageMemory &m, StepEndReductions &stepEnd) {
@@ -276,7 +291,8 @@ void addModelStates(const Program &program, const Mapping &mapping, const StateF
   const bool tiedOnOneChunk =
       family.mayTie && model.tiedHead() && mapping.pp * mapping.chunks == 1;
   std::vector<ParamUnit> all;
-  double owned = 0, padded = 0, largestUse = 0;
+  // A gradient bucket is whole from its first write to its reduce-scatter.
+  double owned = 0, padded = 0, largestGradUse = 0;
   std::vector<std::vector<std::pair<double, double>>> reductions(family.chunks.size());
   for (size_t c = 0; c < family.chunks.size(); ++c) {
     const std::vector<ParamUnit> &units = family.chunks[c];
@@ -287,14 +303,13 @@ void addModelStates(const Program &program, const Mapping &mapping, const StateF
       owned += double(bucket.perMember);
       padded += whole;
       reductions[c].push_back({whole, double(bucket.perMember)});
-      // A tied head on the embedding's chunk reads the word embedding at both ends of the
-      // forward and writes its gradient at both ends of the backward: that bucket stays whole
-      // while each other bucket is used.
+      // A tied head on the embedding's chunk writes the word embedding's gradient at both ends
+      // of the backward: that bucket's stays whole while each other bucket's is written.
       bool isWord = units[bucket.first].kind == ParamUnitKind::WordEmbedding;
       double &slot = isWord && tiedOnOneChunk ? word : other;
       slot = std::max(slot, whole);
     }
-    largestUse = std::max(largestUse, word + other);
+    largestGradUse = std::max(largestGradUse, word + other);
   }
   int64_t elements = 0;
   for (const ParamUnit &unit : all)
@@ -312,8 +327,6 @@ void addModelStates(const Program &program, const Mapping &mapping, const StateF
   }
   m.optimizer += owned * perParam.optimizer;
   m.weights += (policy.shardsWeights() ? owned : padded) * perParam.weight;
-  if (policy.shardsWeights())
-    m.gathered += largestUse * perParam.weight;
   if (!policy.shardsGrads()) {
     // Whole buckets through the step, reduce-scattered at its end (StepEndReductions).
     m.grads += padded * perParam.grad;
@@ -326,7 +339,7 @@ void addModelStates(const Program &program, const Mapping &mapping, const StateF
     return;
   }
   m.grads += owned * perParam.grad;
-  m.gradBuffers += largestUse * perParam.grad + opScratch;
+  m.gradBuffers += largestGradUse * perParam.grad + opScratch;
 }
 
 } // namespace
@@ -359,6 +372,15 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
     if (program.model.hasExperts())
       addModelStates(program, mapping, experts, m, stepEnd);
     m.gradBuffers += stepEnd.transientPeak() * stateBytesPerParam(program).grad;
+    // ZeRO-3's gathered buckets, both families, one chunk's pass at a time.
+    const bool tiedHead = program.model.tiedHead() && mapping.pp * mapping.chunks == 1;
+    for (size_t c = 0; c < dense.chunks.size(); ++c) {
+      ChunkUnits units{dense.policy, dense.chunks[c], experts.policy, experts.chunks[c],
+                       mapping.ep == 1};
+      double peak = gathersAroundUse(program.model, units,
+                                     par.recompute == Recompute::Full, tiedHead).peak;
+      m.gathered = std::max(m.gathered, peak * stateBytesPerParam(program).weight);
+    }
     m.activations = stageActivationBytes(program, mapping, stage, inFlight);
     m.reserve = double(program.cluster.gpuReserve);
     est.stages.push_back(m);

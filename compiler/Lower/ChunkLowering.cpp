@@ -457,6 +457,9 @@ std::vector<LoweredUnit> groupUnits(const std::vector<plan::ParamShard> &params)
       llvm_unreachable("a parameter outside every ZeRO unit");
     else if (isExpertParam(shard.name))
       unit.kind = ParamUnitKind::Experts;
+    else
+      unit.kind = name.startswith(".ln1.") || name.startswith(".attn.") ? ParamUnitKind::Attention
+                                                                         : ParamUnitKind::MLP;
     // The tied embedding's copy beside the head is the last stage's head unit.
     if (unit.kind == ParamUnitKind::WordEmbedding && !units.empty())
       unit.kind = ParamUnitKind::Head;

@@ -105,15 +105,6 @@ std::vector<plan::Instr> expertReductions(const Job &job, const StateFamilies &f
                                       /*average=*/true, std::move(experts))};
 }
 
-/// Whether an op of `ops` reads one of `params`: ZeRO-3 gathers a bucket only for computes
-/// that read it (the embedding's backward, say, reads no weight).
-bool reads(llvm::ArrayRef<plan::Op> ops, const std::vector<std::string> &params) {
-  for (const plan::Op &op : ops)
-    for (const std::string &input : op.inputs)
-      if (llvm::is_contained(params, input))
-        return true;
-  return false;
-}
 } // namespace
 
 std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
@@ -140,17 +131,24 @@ std::vector<plan::Instr> lowerSchedule(const ScheduleInputs &in) {
       out.push_back(plan::Instr::loadBatch(op.microbatch));
     const std::vector<BucketList> &chunkBuckets = buckets[size_t(op.chunk)];
     const plan::Chunk &chunk = *in.chunks[size_t(op.chunk)];
-    llvm::ArrayRef<plan::Op> ops = forward ? chunk.forward : chunk.backward;
-    std::vector<char> gathered(chunkBuckets.size(), false);
-    for (size_t b = 0; b < chunkBuckets.size() && aroundUse; ++b)
-      if ((gathered[b] = reads(ops, chunkBuckets[b].params)))
+    // ZeRO-3 gathers a bucket once per run of the compute's ops that read it (the embedding's
+    // backward, say, reads no weight).
+    std::vector<std::vector<plan::OpRun>> runs(chunkBuckets.size());
+    if (aroundUse) {
+      std::vector<plan::GatheredList> lists;
+      for (const BucketList &bucket : chunkBuckets)
+        lists.push_back({&bucket.params, bucket.group});
+      runs = plan::readRuns(forward ? chunk.forward : chunk.backward, lists);
+    }
+    for (size_t b = 0; b < chunkBuckets.size(); ++b)
+      for (size_t r = 0; r < runs[b].size(); ++r)
         out.push_back(plan::Instr::allGatherParams(chunkBuckets[b].group, chunkBuckets[b].params,
                                                    /*within=*/true));
     out.push_back(plan::Instr::compute(
         forward ? plan::InstrKind::Forward : plan::InstrKind::Backward, op.chunk, op.microbatch));
     for (size_t b = 0; b < chunkBuckets.size(); ++b) {
       const BucketList &bucket = chunkBuckets[b];
-      if (gathered[b])
+      for (size_t r = 0; r < runs[b].size(); ++r)
         out.push_back(plan::Instr::releaseParams(bucket.params, /*within=*/true));
       if (perMicrobatch && !forward)
         out.push_back(plan::Instr::gradCollective(plan::InstrKind::ReduceScatterGrads,

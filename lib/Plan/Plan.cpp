@@ -2,6 +2,7 @@
 
 #include "parc/Plan/Plan.h"
 
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
@@ -376,6 +377,32 @@ bool usesParams(InstrKind op) {
 bool mayRunWithin(InstrKind op) {
   return op == InstrKind::ReduceScatterGrads || op == InstrKind::AllGatherParams ||
          op == InstrKind::ReleaseParams;
+}
+
+std::vector<std::vector<OpRun>> readRuns(llvm::ArrayRef<Op> ops,
+                                         llvm::ArrayRef<GatheredList> lists) {
+  llvm::StringMap<size_t> listOf;
+  for (size_t l = 0; l < lists.size(); ++l)
+    for (const std::string &name : *lists[l].params)
+      listOf.try_emplace(name, l);
+  std::vector<std::vector<OpRun>> runs(lists.size());
+  // The list of each group read last, and the op of that read.
+  std::map<Group, size_t> current;
+  for (size_t i = 0; i < ops.size(); ++i)
+    for (const std::string &input : ops[i].inputs) {
+      auto found = listOf.find(input);
+      if (found == listOf.end())
+        continue;
+      size_t l = found->second;
+      auto [open, fresh] = current.try_emplace(lists[l].group, l);
+      if (!fresh && open->second == l && !runs[l].empty()) {
+        runs[l].back().last = i;
+        continue;
+      }
+      open->second = l;
+      runs[l].push_back({i, i});
+    }
+  return runs;
 }
 
 } // namespace parc::plan

@@ -68,6 +68,7 @@ struct Knobs {
   int globalBatch = 16;
   /// Model fields of a mixture of experts on every block but the first ("" for dense).
   std::string moe;
+  int64_t bucketSize = 0; // parallel.bucket_size; 0 leaves the default
 };
 
 std::string jobText(const Knobs &k) {
@@ -91,7 +92,8 @@ std::string jobText(const Knobs &k) {
       "; dp = " + std::to_string(k.dp) + "\n  global_batch = " + std::to_string(k.globalBatch) +
       "\n  schedule = " + k.schedule + "\n  zero = " + std::to_string(k.zero) +
       "\n  recompute = " + k.recompute +
-      "\n  sequence_parallel = " + (k.sequenceParallel ? "true" : "false") + "\n}\n";
+      "\n  sequence_parallel = " + (k.sequenceParallel ? "true" : "false") +
+      (k.bucketSize ? "\n  bucket_size = " + std::to_string(k.bucketSize) : "") + "\n}\n";
   return model + cluster + parallel;
 }
 
@@ -159,6 +161,51 @@ std::vector<int64_t> modelBuckets(const Program &program, const Mapping &mapping
   return sizes;
 }
 
+/// The all_gather_params within each compute of microbatch 0, as (chunk, backward) -> padded
+/// elements and collectives, beside what ZeroPolicy's gathersAroundUse says of the same chunk.
+void expectGathersFollowThePolicy(const Program &program, const Mapping &mapping,
+                                  const plan::RankPlan &plan, const std::string &what) {
+  std::map<std::string, int64_t> numel;
+  for (const plan::ParamShard &param : plan.params) {
+    int64_t n = 1;
+    for (int64_t dim : param.localShape())
+      n *= dim;
+    numel[param.name] = n;
+  }
+  const bool full = program.parallel.recompute == Recompute::Full;
+  const bool tied = program.model.tiedHead() && mapping.pp * mapping.chunks == 1;
+  const ZeroPolicy dense = zeroPolicy(program.parallel, mapping.gradientRanks());
+  const ZeroPolicy experts = zeroPolicy(program.parallel, mapping.expertDp());
+  for (size_t i = 0; i < plan.schedule.size(); ++i) {
+    const plan::Instr &compute = plan.schedule[i];
+    if (!plan::isCompute(compute.op) || compute.microbatch != 0)
+      continue;
+    double elements = 0;
+    int64_t collectives = 0;
+    for (size_t j = i; j-- > 0 && plan.schedule[j].within &&
+                       plan.schedule[j].op == plan::InstrKind::AllGatherParams;) {
+      int64_t n = 0, members = int64_t(plan.groups.get(plan.schedule[j].group).size());
+      for (const std::string &name : plan.schedule[j].params)
+        n += numel[name];
+      elements += double((n + members - 1) / members * members);
+      ++collectives;
+    }
+    int64_t v = plan.chunks[size_t(compute.chunk)].virtualStage;
+    std::vector<ParamUnit> units = virtualStageUnits(program.model, mapping, v);
+    std::vector<ParamUnit> expertList = expertUnits(program.model, mapping, v);
+    ChunkGathers chunk = gathersAroundUse(
+        program.model, {dense, units, experts, expertList, mapping.ep == 1}, full, tied);
+    const ZeroGathers &d = chunk.dense, &e = chunk.experts;
+    bool backward = compute.op == plan::InstrKind::Backward;
+    EXPECT_EQ(collectives, backward ? d.backwardCollectives + e.backwardCollectives
+                                    : d.forwardCollectives + e.forwardCollectives)
+        << what << ", rank " << plan.rank << ", schedule[" << i << "]";
+    EXPECT_EQ(elements, backward ? d.backwardElements + e.backwardElements
+                                 : d.forwardElements + e.forwardElements)
+        << what << ", rank " << plan.rank << ", schedule[" << i << "]";
+  }
+}
+
 void expectLowers(const Knobs &knobs) {
   Compiled job = compileText(jobText(knobs));
   ASSERT_TRUE(job.mapping) << describe(knobs) << "\n" << job.diagnostics;
@@ -174,6 +221,7 @@ void expectLowers(const Knobs &knobs) {
         << describe(knobs) << ", rank " << plan.rank;
     EXPECT_EQ(partitionSizes(plan), modelBuckets(*job.program, *job.mapping, plan.coords.pp))
         << describe(knobs) << ", rank " << plan.rank;
+    expectGathersFollowThePolicy(*job.program, *job.mapping, plan, describe(knobs));
   }
 }
 
@@ -242,6 +290,29 @@ TEST(Lowering, MixtureOfExpertsShardsAndBucketsFollowTheMemoryModel) {
         SCOPED_TRACE(describe(k));
         expectLowers(k);
       }
+}
+
+TEST(Lowering, ZeroThreeGathersABucketForEachRunOfItsReads) {
+  // bucket_size 1 makes each sub-layer a bucket: a full recompute regathers the attention
+  // halves in the backward and a tied head the word embedding; 3000 merges sub-layers of
+  // neighbouring blocks; the default keeps a stage's blocks in one bucket.
+  for (int64_t bucketSize : {int64_t(1), int64_t(3000), int64_t(0)})
+    for (const char *recompute : {"none", "selective", "full"})
+      for (int pp : {1, 2})
+        for (int variant = 0; variant < 3; ++variant) {
+          Knobs k;
+          k.tp = variant == 1 ? 2 : 1;
+          k.pp = pp;
+          k.zero = 3;
+          k.recompute = recompute;
+          k.bucketSize = bucketSize;
+          k.llama = variant == 1;
+          k.sequenceParallel = k.tp > 1;
+          if (variant == 2)
+            k.moe = "  experts = 4; top_k = 2; moe_ffn = 16; shared_experts = 1\n";
+          SCOPED_TRACE(describe(k) + ", bucket_size " + std::to_string(bucketSize));
+          expectLowers(k);
+        }
 }
 
 TEST(Lowering, OneRankAloneEqualsItsPlanInTheSet) {

@@ -353,7 +353,7 @@ TEST(CostModel, DataParallelVolumeByZeROStage) {
   EXPECT_DOUBLE_EQ(dpBytes(3), 1.5 * base);
 }
 
-TEST(ZeroPolicy, BucketsAreWholeLayersWithTheEmbeddingAlone) {
+TEST(ZeroPolicy, BucketsAreWholeUnitsWithTheEmbeddingAlone) {
   ParallelSpec parallel;
   parallel.zero = 2;
   parallel.bucketSize = 100;
@@ -362,10 +362,11 @@ TEST(ZeroPolicy, BucketsAreWholeLayersWithTheEmbeddingAlone) {
   EXPECT_FALSE(policy.shardsWeights());
   EXPECT_EQ(policy.gradReduction(), GradReduction::ReduceScatterPerMicrobatch);
   using K = ParamUnitKind;
-  // Backward order: head, final norm, blocks 2, 1, 0, positions, word embedding.
+  // Backward order: head, final norm, blocks 2, 1, 0 (their MLPs, say), positions, word
+  // embedding.
   std::vector<ParamUnit> units = {{K::Head, -1, 500}, {K::FinalNorm, -1, 10},
-                                  {K::Block, 2, 60},  {K::Block, 1, 60},
-                                  {K::Block, 0, 60},  {K::PositionEmbedding, -1, 7},
+                                  {K::MLP, 2, 60},  {K::MLP, 1, 60},
+                                  {K::MLP, 0, 60},  {K::PositionEmbedding, -1, 7},
                                   {K::WordEmbedding, -1, 500}};
   std::vector<ZeroBucket> buckets = policy.buckets(units);
   // The head alone; norm + block 2 + block 1 reach 100; block 0 and the positions; the word
@@ -385,6 +386,50 @@ TEST(ZeroPolicy, BucketsAreWholeLayersWithTheEmbeddingAlone) {
   parallel.zero = 3;
   EXPECT_TRUE(zeroPolicy(parallel, 4).gathersWeightsAroundUse());
   EXPECT_FALSE(zeroPolicy(parallel, 4).gathersWeightsAfterStep());
+}
+
+TEST(ZeroPolicy, ZeroThreeGathersABucketForEachRunOfReads) {
+  ParallelSpec parallel;
+  parallel.zero = 3;
+  parallel.bucketSize = 1; // every unit a bucket
+  ZeroPolicy policy = zeroPolicy(parallel, 4);
+  using K = ParamUnitKind;
+  // Two blocks and a tied head on the embedding's chunk, in backward order.
+  std::vector<ParamUnit> units = {{K::MLP, 1, 80},       {K::Attention, 1, 40},
+                                  {K::MLP, 0, 80},       {K::Attention, 0, 40},
+                                  {K::PositionEmbedding, -1, 8}, {K::WordEmbedding, -1, 100}};
+  // Forward: word, positions, attention 0, MLP 0, attention 1, MLP 1, and the word embedding
+  // again for the head.
+  const ModelSpec model; // read only for MoE blocks
+  auto gathers = [&](const ZeroPolicy &p, bool fullRecompute) {
+    return gathersAroundUse(model, {p, units, p, {}, true}, fullRecompute, /*tiedHead=*/true);
+  };
+  ChunkGathers chunk = gathers(policy, /*fullRecompute=*/false);
+  ZeroGathers g = chunk.dense;
+  EXPECT_EQ(g.forwardCollectives, 7);
+  EXPECT_EQ(g.forwardElements, 100 + 8 + 40 + 80 + 40 + 80 + 100);
+  EXPECT_EQ(chunk.peak, 100); // one bucket at a time: the word embedding is the largest
+  // Backward: the head's word embedding, then MLP 1, attention 1, MLP 0, attention 0; the
+  // embeddings' backward reads no weight.
+  EXPECT_EQ(g.backwardCollectives, 5);
+  EXPECT_EQ(g.backwardElements, 100 + 240);
+  // A full recompute reads each block forward first: word | A1 M1 M1 A1 | A0 M0 M0 A0. Each MLP
+  // is read twice in a row (one gather), each attention twice with the MLP between.
+  g = gathers(policy, /*fullRecompute=*/true).dense;
+  EXPECT_EQ(g.backwardCollectives, 7);
+  EXPECT_EQ(g.backwardElements, 100 + 2 * (40 + 80 + 40));
+  // One bucket for the blocks and positions: a run never ends inside it.
+  parallel.bucketSize = 1000;
+  chunk = gathers(zeroPolicy(parallel, 4), true);
+  g = chunk.dense;
+  EXPECT_EQ(chunk.peak, 248);
+  EXPECT_EQ(g.forwardCollectives, 3);
+  EXPECT_EQ(g.forwardElements, 100 + 248 + 100);
+  EXPECT_EQ(g.backwardCollectives, 2);
+  EXPECT_EQ(g.backwardElements, 100 + 248);
+  // Without ZeRO 3 nothing is gathered around use.
+  parallel.zero = 2;
+  EXPECT_EQ(gathers(zeroPolicy(parallel, 4), true).dense.forwardCollectives, 0);
 }
 
 namespace {

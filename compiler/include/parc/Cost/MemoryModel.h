@@ -67,7 +67,14 @@ bool hasQKVBias(const ModelSpec &model);
 /// group.
 int64_t headDim(const ModelSpec &model, const LayerGroup &block);
 
-/// One transformer block: QKV, output projection, MLP, their biases and two norms.
+/// A transformer block's two sub-layers, each with its norm: the attention (ln1, q, k, v, the
+/// output projection) and the MLP (ln2, the dense MLP or a MoE block's router, shared experts
+/// and experts).
+struct BlockHalves {
+  ParamCount attention, mlp;
+};
+BlockHalves blockHalves(const ModelSpec &model, const LayerGroup &block);
+/// One transformer block: both halves.
 ParamCount blockParams(const ModelSpec &model, const LayerGroup &block);
 /// Word embedding over the padded vocab, plus learned positions, max_positions of them (not
 /// split by tp).
@@ -93,10 +100,10 @@ ExpertRows expertRows(const MoESpec &moe, double tokens, int64_t ep);
 
 /// The parameter units of virtual stage `virtualStage` as one tp rank holds them, in the order
 /// the backward finishes their gradients: the head (its own matrix, or a tied head's copy on a
-/// stage without the embedding), the final norm, the blocks from last to first, the learned
-/// positions and the word embedding. ZeRO groups them into buckets (ZeroPolicy.h); the lowering
-/// checks that its shards add up to the same counts.
-/// A MoE block counts here without its experts, which expertUnits lists.
+/// stage without the embedding), the final norm, the blocks from last to first, each as its MLP
+/// then its attention (BlockHalves), the learned positions and the word embedding. ZeRO groups
+/// them into buckets (ZeroPolicy.h); a unit test checks that the lowering's shards form the
+/// same buckets. A MoE block's MLP counts here without its experts, which expertUnits lists.
 std::vector<ParamUnit> virtualStageUnits(const ModelSpec &model, const Mapping &mapping,
                                          int64_t virtualStage);
 /// The experts of every MoE block of the virtual stage as one rank holds them (experts / ep

@@ -2,10 +2,11 @@
 //
 // ZeRO (Rajbhandari et al. 2020) over the data-parallel group of size n, as parc plans it:
 //
-// - Parameters are grouped into buckets: runs of whole layers (a transformer block, the word
-//   embedding, the final norm, ...) of one model chunk, taken in the order the backward
-//   finishes their gradients and closed once they hold `bucket_size` parameters (Megatron-LM's
-//   DDP buckets, which are also its distributed optimizer's shards). The word embedding and the
+// - Parameters are grouped into buckets: runs of whole units (a transformer block's attention
+//   or its MLP, the word embedding, the final norm, ...) of one model chunk, taken in the order
+//   the backward finishes their gradients and closed once they hold `bucket_size` parameters
+//   (Megatron-LM's DDP buckets, which are also its distributed optimizer's shards; Megatron
+//   closes a bucket at any parameter, parc at the end of a sub-layer). The word embedding and the
 //   head are always a bucket of their own, so that a tied embedding's two copies (first and
 //   last stage) are partitioned alike. A bucket is one flat vector, zero-padded to a multiple of
 //   n, and data-parallel member i owns elements [i n'/n, (i+1) n'/n).
@@ -14,9 +15,13 @@
 // - zero 2 also shards the gradients: each bucket is reduce-scattered as soon as a backward
 //   has written it for the last time, into the owned shard that accumulates the microbatches,
 //   and its whole gradient is released, so at most the buckets being written are whole.
-// - zero 3 also shards the weights: each bucket is gathered just before the first op of a
-//   forward or backward that reads it and released after the last one; only the owned shard
-//   stays.
+// - zero 3 also shards the weights: a forward or backward gathers a bucket for each run of its
+//   ops that read it (a run ends at an op reading another bucket of the same group), just
+//   before the run's first op, and releases it after the run's last; only the owned shard
+//   stays. So at most one bucket of a group is whole at a time, a full recompute that rereads a
+//   sub-layer in the backward gathers it again there (as DeepSpeed's ZeRO-3 fetches a module
+//   for the recomputed forward and again for its backward), and a tied head gathers the word
+//   embedding again (gathersAroundUse).
 // - zero 1 and 2 all-gather the updated weights after the optimizer step.
 //
 // Rules, the memory model, the cost model, the report and the lowering all read this one
@@ -36,14 +41,15 @@
 namespace parc {
 
 /// A group of parameters ZeRO never splits between buckets.
-/// Experts: the experts of one MoE block, bucketed apart from the dense units because they are
-/// sharded over the expert-data-parallel group.
-enum class ParamUnitKind { WordEmbedding, PositionEmbedding, Block, FinalNorm, Head, Experts };
+/// Attention, MLP: the two sub-layers of a transformer block (MemoryModel's BlockHalves), each
+/// with its norm. Experts: the experts of one MoE block, bucketed apart from the dense units
+/// because they are sharded over the expert-data-parallel group.
+enum class ParamUnitKind { WordEmbedding, PositionEmbedding, Attention, MLP, FinalNorm, Head, Experts };
 
 /// One unit of a virtual stage, as one tensor-parallel rank holds it.
 struct ParamUnit {
-  ParamUnitKind kind = ParamUnitKind::Block;
-  int64_t block = -1;   // the transformer block, for ParamUnitKind::Block and Experts
+  ParamUnitKind kind = ParamUnitKind::Attention;
+  int64_t block = -1;   // the transformer block, for Attention, MLP and Experts
   int64_t elements = 0; // parameters on one tp rank
 };
 
@@ -87,20 +93,40 @@ struct ZeroPolicy {
 
 ZeroPolicy zeroPolicy(const ParallelSpec &parallel, int64_t dp);
 
-/// The data-parallel traffic of one pipeline stage per step, as the policy moves it, in
-/// elements of one rank (multiply by the bytes of the gradient or weight dtype).
-struct ZeroTraffic {
-  /// One collective per bucket per event; `events` per step.
-  int64_t gradElements = 0; // padded elements all-reduced or reduce-scattered per event
-  int64_t gradEvents = 0;   // 1 per step, or M (once per microbatch)
-  int64_t weightElements = 0; // padded elements all-gathered per event
-  int64_t weightEvents = 0;   // 1 per step (zero 1, 2), 2M (zero 3: forward and backward)
-  int64_t buckets = 0, largestBucket = 0; // padded elements of the largest
+/// ZeRO-3's all-gathers of one family of a chunk's units, in padded elements of one rank.
+struct ZeroGathers {
+  double forwardElements = 0, backwardElements = 0; // per forward, per backward
+  int64_t forwardCollectives = 0, backwardCollectives = 0;
 };
 
-/// `stageUnits[c]` are the backward-ordered units of the stage's chunk c.
-ZeroTraffic zeroTraffic(const ZeroPolicy &policy,
-                        llvm::ArrayRef<std::vector<ParamUnit>> stageUnits, int64_t microbatches);
+/// What ZeRO-3 gathers around use over one chunk: each family's gathers, and the most
+/// elements whole at once.
+struct ChunkGathers {
+  ZeroGathers dense, experts;
+  double peak = 0;
+};
+
+/// One chunk's unit families, as MemoryModel lists them in backward order: the dense units
+/// under `policy`, the experts under `expertPolicy`. `oneGroup`: both are partitioned over the
+/// same group (ep = 1), so an experts' read ends a dense bucket's run and back.
+struct ChunkUnits {
+  const ZeroPolicy &policy;
+  llvm::ArrayRef<ParamUnit> units;
+  const ZeroPolicy &expertPolicy;
+  llvm::ArrayRef<ParamUnit> expertUnits;
+  bool oneGroup = true;
+};
+
+/// ZeRO-3's gathers, from the order the passes read the units: the forward reads them from
+/// last to first, a MoE block's experts after its MLP's router and before its shared experts,
+/// and, when `tiedHead` (the word embedding is on this chunk and the head reads it), the word
+/// embedding again at the end; the backward reads the head (or the tied word embedding) and
+/// the final norm, then each block's units (with `fullRecompute` first again in forward order,
+/// for the recomputed forward; a MoE block's experts before its MLP), and not the embeddings.
+/// Each run of reads of one bucket is one gather, whole from its first read to its last. A
+/// unit test holds this to the lowering's instructions.
+ChunkGathers gathersAroundUse(const ModelSpec &model, const ChunkUnits &chunk,
+                              bool fullRecompute, bool tiedHead);
 
 } // namespace parc
 

@@ -348,8 +348,9 @@ struct Instr {
   Group group = Group::DP;         // grad and param collectives
   bool average = false;            // grad collectives: divide the sum by the group size
   /// ZeRO instructions next to a compute (all_gather_params before it, release_params and
-  /// reduce_scatter_grads after it) that run inside it: a gather just before the compute's
-  /// first op reading its params, a release after the last op reading them, a reduce-scatter
+  /// reduce_scatter_grads after it) that run inside it: the k-th gather of a list just before
+  /// the first op of the k-th run of ops reading its params (readRuns), the k-th release after
+  /// that run's last op, the last gather and release spanning the runs left; a reduce-scatter
   /// after the last op writing their gradients.
   bool within = false;
   std::vector<std::string> params; // grad and param collectives, release_params
@@ -376,6 +377,22 @@ bool isCompute(InstrKind op);
 bool usesParams(InstrKind op);
 /// The instructions that may run inside an adjacent compute (Instr::within).
 bool mayRunWithin(InstrKind op);
+
+/// A ZeRO parameter list gathered within a compute: its names and the group it is partitioned
+/// over.
+struct GatheredList {
+  const std::vector<std::string> *params = nullptr;
+  Group group = Group::DP;
+};
+/// Ops [first, last] of a compute, both inclusive.
+struct OpRun {
+  size_t first = 0, last = 0;
+};
+/// The runs of `ops` that read each list of `lists` (the all_gather_params within one compute):
+/// a run of a list ends where an op reads another list of the same group, so the lists of one
+/// group are whole one at a time. The compute gathers a list once per run (Instr::within).
+std::vector<std::vector<OpRun>> readRuns(llvm::ArrayRef<Op> ops,
+                                         llvm::ArrayRef<GatheredList> lists);
 
 //===----------------------------------------------------------------------===//
 // Files

@@ -1,9 +1,12 @@
 //===- WithinPlacement.h - Where the ZeRO instructions inside a compute run ---===//
 //
 // An all_gather_params, release_params or reduce_scatter_grads marked `within` runs inside the
-// compute next to it (docs/plan-format.md): a gather just before the first op of the compute
-// that reads one of its parameters, a release just after the last such op, a reduce-scatter
-// just after the last op that writes one of their gradients. Their positions follow from the
+// compute next to it (docs/plan-format.md): the k-th gather of a list just before the first op
+// of the k-th run of ops reading its parameters (plan::readRuns: a run ends where an op reads
+// another list gathered over the same group), the k-th release just after that run, the last
+// gather and release of a list spanning the runs left (one gather spans them all), a
+// reduce-scatter just after the last op that writes one of their gradients. Their positions
+// follow from the
 // op lists the runner executes (after OpFusion.h, which keeps every operand), so they are found
 // once per plan; an instruction whose compute never touches its parameters runs at the
 // compute's start (a gather) or end.

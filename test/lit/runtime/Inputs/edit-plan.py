@@ -2,7 +2,8 @@
 """edit-plan.py FILE PATH VALUE [PATH VALUE ...]: sets each JSON PATH of FILE (a rank plan,
 manifest or checkpoint manifest) to VALUE, given as JSON, as a user with an editor might.
 PATH is written as the verifier names fields: `chunks[0].tensors["block.0.ln1"].shape`.
-`swap:PATH:I:J` as VALUE swaps elements I and J of the list at PATH instead."""
+`swap:PATH:I:J` as VALUE swaps elements I and J of the list at PATH instead, and
+`copy:FROM` sets PATH to a copy of the value at path FROM."""
 import json
 import re
 import sys
@@ -31,7 +32,12 @@ def main():
         node = document
         for step in parents:
             node = node[step]
-        if value.startswith("swap:"):
+        if value.startswith("copy:"):
+            source = document
+            for step in steps(value[5:]):
+                source = source[step]
+            node[last] = json.loads(json.dumps(source))
+        elif value.startswith("swap:"):
             i, j = (int(x) for x in value[5:].split(":"))
             node[last][i], node[last][j] = node[last][j], node[last][i]
         else:
