@@ -22,11 +22,15 @@
 // per-GPU byte volume that does not shrink with the world. Counted as parc's plan moves them
 // (a full recompute regathers each attention half, the gradients reduce-scatter in bf16 as
 // DeepSpeed's stage 3 does), 175B sends 1.05 TB per GPU per step, which in 66.75 s is 16 GB/s
-// and 530B's 3.2 TB in 184 s is 18 GB/s: 65 to 72 % of one HDR adapter's 25 GB/s
-// (CommModel::kOwnRailEfficiency takes 75 %), where NCCL's rings over a DGX A100's 8 adapters
-// reach about 180 GB/s. Whatever serialises the gathers (one module's parameters at a time
-// over a communicator of every GPU), the per-GPU rate is what those runs show
-// (docs/memory-and-cost.md).
+// and 530B's 3.2 TB in 184 s is 18 GB/s: about 70 % of one HDR adapter's 25 GB/s, where
+// NCCL's rings over a DGX A100's 8 adapters reach about 180 GB/s. The same runs show what the
+// overlap costs: at the same traffic per GPU (one microbatch a step), 175B's step grows by
+// 14.8 s from micro-batch 1 on 1536 GPUs to micro-batch 4 on 384, for 39.7 s more compute, so
+// 37 % of the compute beside the gathers shows (530B: 71.8 s for 115 s, 62 %), where parc's
+// other overlaps charge 15 % (CommModel::kOverlapSlowdown). With that share
+// (kGatherOverlapSlowdown) the rate that fits the rows is 80 % of the adapter
+// (kOwnRailEfficiency). Whatever serialises the gathers (one module's parameters at a time over
+// a communicator of every GPU), these are what those runs show (docs/memory-and-cost.md).
 //
 //===----------------------------------------------------------------------===//
 #include "parc/Cost/GPUModel.h"
@@ -41,12 +45,14 @@ namespace parc {
 namespace {
 /// The part of a pass's per-layer traffic (`comm` for all its layers) that the pass's
 /// `compute` cannot hide when each layer's collective is prefetched behind the previous
-/// layer's compute: the excess, the first layer's, which nothing precedes, and the compute the
-/// overlapped part slows down (CommModel::kOverlapSlowdown).
-double prefetched(double comm, double compute, double layers) {
+/// layer's compute: the excess, the first layer's, which nothing precedes, and the share
+/// `slowdown` of the compute it overlaps.
+double prefetched(double comm, double compute, double layers,
+                  double slowdown = CommModel::kOverlapSlowdown) {
   if (comm <= 0)
     return 0;
-  return CommModel::exposedBeside(comm, compute) + comm / std::max(1.0, layers);
+  return std::max(0.0, comm - compute) + slowdown * std::min(comm, compute) +
+         comm / std::max(1.0, layers);
 }
 
 /// `count` collectives of bytes / count each (one per layer, or per gathered run).
@@ -102,12 +108,14 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
           both(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers, true);
       w.forward.zero = prefetched(gathers(dense.forwardElements, dense.forwardCollectives,
                                           experts.forwardElements, experts.forwardCollectives),
-                                  w.forward.compute(), layers);
+                                  w.forward.compute(), layers,
+                                  CommModel::kGatherOverlapSlowdown);
       w.backward.zero =
           prefetched(gathers(dense.backwardElements, dense.backwardCollectives,
                              experts.backwardElements, experts.backwardCollectives) +
                          scatter,
-                     w.backward.compute() + w.recompute.compute(), layers);
+                     w.backward.compute() + w.recompute.compute(), layers,
+                     CommModel::kGatherOverlapSlowdown);
     } else if (policy.gradReduction() == GradReduction::ReduceScatterPerMicrobatch) {
       const double scatter =
           both(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers);

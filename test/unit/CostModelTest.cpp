@@ -67,16 +67,16 @@ TEST(CommModel, HierarchicalAllReduceOverTwoNodes) {
   EXPECT_EQ(sparse.ranksPerNode, 1);
   EXPECT_DOUBLE_EQ(comm.busBandwidth(sparse), 22.5e9);
   // ZeRO 3's gathers leave each GPU through its own adapter, however many share the node, at
-  // the share of it DeepSpeed's ZeRO-3 runs show (75 %).
+  // the share of it DeepSpeed's ZeRO-3 runs show (80 %).
   GroupGeometry ownRail = both;
   ownRail.ownRailOnly = true;
-  EXPECT_DOUBLE_EQ(comm.busBandwidth(ownRail), 18.75e9);
+  EXPECT_DOUBLE_EQ(comm.busBandwidth(ownRail), 20e9);
   EXPECT_NEAR(comm.allGather(GiB, ownRail),
-              8.4e-6 + 14 * 3.4e-6 + 1 * 5e-6 + 15.0 / 16 * GiB / 18.75e9, 1e-12);
+              8.4e-6 + 14 * 3.4e-6 + 1 * 5e-6 + 15.0 / 16 * GiB / 20e9, 1e-12);
   // Half as many adapters per node halve a node-filling group's network bandwidth.
   cluster.nicsPerNode = 4;
   EXPECT_DOUBLE_EQ(CommModel(cluster).busBandwidth(both), 90e9);
-  EXPECT_DOUBLE_EQ(CommModel(cluster).busBandwidth(ownRail), 9.375e9);
+  EXPECT_DOUBLE_EQ(CommModel(cluster).busBandwidth(ownRail), 10e9);
 }
 
 // ZeRO 3 over dp 16 on two DGX nodes (8 blocks of hidden 2048, tp 1, pp 1): the forward shows what its
@@ -101,16 +101,19 @@ TEST(DataParallelWork, ZeroThreeGathersRunOnEachGPUsOwnAdapter) {
   ASSERT_EQ(dp.ranksPerNode, 8);
   dp.ownRailOnly = true;
   CommModel comm(p.cluster);
-  // The forward gathers the word embedding, each block (its two halves are one 50 M bucket)
-  // the positions alone and, for the tied head, the word embedding again: 11 gathers in bf16.
+  // The forward gathers the word embedding, the positions alone, each block (its two halves
+  // are one 50 M bucket) and, for the tied head, the word embedding again: 11 gathers in bf16.
   ZeroPolicy policy = zeroPolicy(p.parallel, 16);
   std::vector<ParamUnit> units = virtualStageUnits(p.model, m, 0);
   ZeroGathers g = gathersAroundUse(p.model, {policy, units, policy, {}, true}, false, true).dense;
   ASSERT_EQ(g.forwardCollectives, 11);
   double n = double(g.forwardCollectives);
   double gather = n * comm.allGather(g.forwardElements * 2 / n, dp);
+  // What the forward's compute cannot hide, 37 % of what it does, and the first layer's.
+  double compute = w.forward.compute();
   EXPECT_NEAR(w.forward.zero,
-              CommModel::exposedBeside(gather, w.forward.compute()) + gather / layers,
+              std::max(0.0, gather - compute) +
+                  CommModel::kGatherOverlapSlowdown * std::min(gather, compute) + gather / layers,
               1e-9 * gather);
   // The node's 8 adapters together would have made it several times cheaper.
   EXPECT_GT(gather, 4 * n * comm.allGather(g.forwardElements * 2 / n, work.dp));

@@ -74,9 +74,10 @@ public:
   static constexpr double kPCIeEfficiency = 0.8;
   static constexpr double kNetworkEfficiency = 0.9;
   /// The share of its own adapter that ZeRO 3's gathers and reduce-scatters reach (an
-  /// ownRailOnly geometry): measured, not derived, from DeepSpeed's ZeRO-3 runs of Narayanan et
-  /// al. 2021 (DataParallelWork.cpp), which move their bytes at 65 to 72 % of one adapter.
-  static constexpr double kOwnRailEfficiency = 0.75;
+  /// ownRailOnly geometry), and how much slower the compute they overlap runs: measured, not
+  /// derived, from DeepSpeed's ZeRO-3 runs of Narayanan et al. 2021 (DataParallelWork.cpp).
+  static constexpr double kOwnRailEfficiency = 0.8;
+  static constexpr double kGatherOverlapSlowdown = 0.37;
   /// The fixed cost of one ring collective with the Simple protocol (tuning.cc, baseLat).
   static constexpr double kBaseLatency = 8.4e-6;
   /// A collective that runs beside compute is not free: its kernels hold SMs (NCCL's ring
