@@ -209,8 +209,9 @@ class Row:
         # so does DeepSpeed's ZeRO-3 by default: its stage 3 optimizer accumulates and
         # reduce-scatters the gradients in the model's dtype (gradient_accumulation_dtype and
         # communication_data_type default to it, deepspeed/runtime/zero/stage3.py).
-        sharding = lower_join(par.get("scheme"), par.get("sharding"))
-        deepspeed_zero3 = self.zero == 3 and "fsdp" not in sharding and "full_shard" not in sharding
+        engine = lower_join(par.get("scheme"), par.get("framework"), self.raw.get("framework"),
+                            self.raw.get("quality"), self.raw.get("notes"))
+        deepspeed_zero3 = self.zero == 3 and "deepspeed" in engine
         half_grads = "pure" in precision or "bf16 grad" in precision or deepspeed_zero3
         self.grad_dtype = "bf16" if half_grads else "fp32"
         # Megatron's GPT of 2021-2022 used its unfused softmax attention and dropout 0.1.

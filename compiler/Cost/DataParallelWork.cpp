@@ -44,15 +44,14 @@ namespace parc {
 
 namespace {
 /// The part of a pass's per-layer traffic (`comm` for all its layers) that the pass's
-/// `compute` cannot hide when each layer's collective is prefetched behind the previous
+/// `compute` cannot hide when each layer's collectives are prefetched behind the previous
 /// layer's compute: the excess, the first layer's, which nothing precedes, and the share
 /// `slowdown` of the compute it overlaps.
 double prefetched(double comm, double compute, double layers,
                   double slowdown = CommModel::kOverlapSlowdown) {
   if (comm <= 0)
     return 0;
-  return std::max(0.0, comm - compute) + slowdown * std::min(comm, compute) +
-         comm / std::max(1.0, layers);
+  return CommModel::exposedBeside(comm, compute, slowdown) + comm / std::max(1.0, layers);
 }
 
 /// `count` collectives of bytes / count each (one per layer, or per gathered run).
@@ -61,6 +60,41 @@ double inCollectives(double (CommModel::*op)(double, const GroupGeometry &) cons
                      double count) {
   double n = std::max(1.0, count);
   return n * (comm.*op)(bytes / n, group);
+}
+/// The dense and the expert families' groups, as ZeRO 3 reaches them (each GPU's own rail).
+struct FamilyRails {
+  GroupGeometry dense, experts;
+};
+
+/// ZeRO 3's traffic around use in virtual stage `v`'s passes: the gathers the lowering makes
+/// (one per run of reads of a bucket, ZeroPolicy.h) and the backward's reduce-scatters
+/// (`scatter` seconds), prefetched behind each pass's compute.
+void addGathersAroundUse(const Program &program, const Mapping &mapping, const CommModel &comm,
+                         const FamilyRails &rails, int64_t v, double scatter,
+                         VirtualStageWork &w) {
+  const ParallelSpec &par = program.parallel;
+  const ModelSpec &model = program.model;
+  const ZeroPolicy policy = zeroPolicy(par, mapping.gradientRanks());
+  const ZeroPolicy expertPolicy = zeroPolicy(par, mapping.expertDp());
+  const std::vector<ParamUnit> units = virtualStageUnits(model, mapping, v);
+  const std::vector<ParamUnit> expertList = expertUnits(model, mapping, v);
+  const bool tiedHead = model.tiedHead() && mapping.pp * mapping.chunks == 1;
+  const ChunkGathers chunk =
+      gathersAroundUse(model, {policy, units, expertPolicy, expertList, mapping.ep == 1},
+                       par.recompute == Recompute::Full, tiedHead);
+  const double weightBytes = double(bytesPerElement(model.dtype));
+  auto seconds = [&](const PassGathers &dense, const PassGathers &experts) {
+    return inCollectives(&CommModel::allGather, comm, dense.elements * weightBytes, rails.dense,
+                         double(dense.collectives)) +
+           inCollectives(&CommModel::allGather, comm, experts.elements * weightBytes,
+                         rails.experts, double(experts.collectives));
+  };
+  const double layers = double(w.lastBlock - w.firstBlock);
+  w.forward.zero = prefetched(seconds(chunk.dense.forward, chunk.experts.forward),
+                              w.forward.compute(), layers, CommModel::kGatherOverlapSlowdown);
+  w.backward.zero = prefetched(seconds(chunk.dense.backward, chunk.experts.backward) + scatter,
+                               w.backward.compute() + w.recompute.compute(), layers,
+                               CommModel::kGatherOverlapSlowdown);
 }
 } // namespace
 
@@ -78,44 +112,18 @@ void addDataParallelWork(const Program &program, const Mapping &mapping, const C
   auto both = [&](double (CommModel::*op)(double, const GroupGeometry &) const, double params,
                   double experts, double bytesPer, double layers, bool ownRail = false) {
     return inCollectives(op, comm, (params - experts) * bytesPer, ownRail ? dpRail : table.dp,
-                    layers) +
-           inCollectives(op, comm, experts * bytesPer, ownRail ? edpRail : table.expertDp, layers);
+                         layers) +
+           inCollectives(op, comm, experts * bytesPer, ownRail ? edpRail : table.expertDp,
+                         layers);
   };
 
-  const ZeroPolicy expertPolicy = zeroPolicy(par, mapping.expertDp());
-  const bool fullRecompute = par.recompute == Recompute::Full;
-  const int64_t virtualStages = mapping.pp * mapping.chunks;
-  for (int64_t v = 0; v < virtualStages; ++v) {
+  for (int64_t v = 0; v < mapping.pp * mapping.chunks; ++v) {
     VirtualStageWork &w = table.virtualStages[size_t(v)];
     const double layers = double(w.lastBlock - w.firstBlock);
     if (policy.gathersWeightsAroundUse()) {
-      // The gathers the lowering makes: one per run of reads of a bucket (ZeroPolicy.h).
-      const bool tiedHead = model.tiedHead() && virtualStages == 1;
-      const std::vector<ParamUnit> units = virtualStageUnits(model, mapping, v);
-      const std::vector<ParamUnit> expertList = expertUnits(model, mapping, v);
-      const ChunkGathers chunk = gathersAroundUse(
-          model, {policy, units, expertPolicy, expertList, mapping.ep == 1}, fullRecompute,
-          tiedHead);
-      const ZeroGathers &dense = chunk.dense, &experts = chunk.experts;
-      auto gathers = [&](double denseElements, int64_t denseCount, double expertElements,
-                         int64_t expertCount) {
-        return inCollectives(&CommModel::allGather, comm, denseElements * weightBytes, dpRail,
-                        double(denseCount)) +
-               inCollectives(&CommModel::allGather, comm, expertElements * weightBytes, edpRail,
-                        double(expertCount));
-      };
       const double scatter =
           both(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers, true);
-      w.forward.zero = prefetched(gathers(dense.forwardElements, dense.forwardCollectives,
-                                          experts.forwardElements, experts.forwardCollectives),
-                                  w.forward.compute(), layers,
-                                  CommModel::kGatherOverlapSlowdown);
-      w.backward.zero =
-          prefetched(gathers(dense.backwardElements, dense.backwardCollectives,
-                             experts.backwardElements, experts.backwardCollectives) +
-                         scatter,
-                     w.backward.compute() + w.recompute.compute(), layers,
-                     CommModel::kGatherOverlapSlowdown);
+      addGathersAroundUse(program, mapping, comm, {dpRail, edpRail}, v, scatter, w);
     } else if (policy.gradReduction() == GradReduction::ReduceScatterPerMicrobatch) {
       const double scatter =
           both(&CommModel::reduceScatter, w.params, w.expertParams, gradBytes, layers);

@@ -128,7 +128,9 @@ void ringExchange(const WorkContext &c, double kvBytes, double forwardStep, doub
                   BlockPasses &p) {
   if (c.cp <= 1)
     return;
-  auto exposed = &CommModel::exposedBeside;
+  auto exposed = [](double comm, double compute) {
+    return CommModel::exposedBeside(comm, compute);
+  };
   const double kv = c.comm.send(kvBytes, c.ringCrossesNodes);
   const double kvAndGrad = c.comm.send(2 * kvBytes, c.ringCrossesNodes);
   p.attentionCore.cp += (c.cp - 1) * exposed(kv, forwardStep);

@@ -170,9 +170,9 @@ ChunkGathers gathersAroundUse(const ModelSpec &model, const ChunkUnits &chunk,
       open[key] = int64_t(runs.size());
       runs.push_back({read.family, bucket, i, i});
       double whole = double(buckets[read.family][bucket].padded(policies[read.family]->dp));
-      ZeroGathers &g = *families[read.family];
-      (backward ? g.backwardElements : g.forwardElements) += whole;
-      ++(backward ? g.backwardCollectives : g.forwardCollectives);
+      PassGathers &pass = backward ? families[read.family]->backward : families[read.family]->forward;
+      pass.elements += whole;
+      ++pass.collectives;
     }
     std::vector<double> change(reads.size() + 1, 0);
     for (const Run &run : runs) {

@@ -7,10 +7,11 @@
 // (ZeroPolicy.h) places them, and after the last backward the gradient reductions and the
 // optimizer step.
 //
-// ZeRO works on buckets of whole layers. Zero 3 gathers each bucket of a chunk within its
-// computes (just before the first op that reads it) and releases it within them (after the
-// last); zero 2 and 3 reduce-scatter each bucket within every backward, after the last op that
-// writes its gradients; zero 1 reduce-scatters every bucket once, after the last backward.
+// ZeRO works on buckets of whole sub-layers. Zero 3 gathers each bucket of a chunk within its
+// computes once per run of their ops that read it (plan::readRuns), just before the run, and
+// releases it after the run; zero 2 and 3 reduce-scatter each bucket within every backward,
+// after the last op that writes its gradients; zero 1 reduce-scatters every bucket once, after
+// the last backward.
 //
 // The step-end reductions run tp, then embedding, then dp. The tied embedding is a bucket of
 // its own on the first and the last stage, so both copies are partitioned alike: its two

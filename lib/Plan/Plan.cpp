@@ -405,4 +405,29 @@ std::vector<std::vector<OpRun>> readRuns(llvm::ArrayRef<Op> ops,
   return runs;
 }
 
+int64_t WithinGathers::indexOf(const std::vector<std::string> &params) const {
+  for (size_t l = 0; l < lists.size(); ++l)
+    if (*lists[l].params == params)
+      return int64_t(l);
+  return -1;
+}
+
+WithinGathers gatheredWithin(llvm::ArrayRef<Instr> schedule, size_t compute) {
+  size_t first = compute;
+  while (first > 0 && schedule[first - 1].within &&
+         schedule[first - 1].op == InstrKind::AllGatherParams)
+    --first;
+  WithinGathers result;
+  for (size_t i = first; i < compute; ++i) {
+    int64_t l = result.indexOf(schedule[i].params);
+    if (l < 0) {
+      l = int64_t(result.lists.size());
+      result.lists.push_back({&schedule[i].params, schedule[i].group});
+      result.gathers.push_back(0);
+    }
+    ++result.gathers[size_t(l)];
+  }
+  return result;
+}
+
 } // namespace parc::plan

@@ -78,49 +78,31 @@ bool ScheduleChecker::inRange(int64_t index, StringRef key, int64_t value, int64
 /// at most as many as its runs (one when nothing reads it), each released once.
 void ScheduleChecker::checkGatherRuns(const Instr &compute, int64_t index) {
   const std::vector<Instr> &schedule = plan.schedule;
-  std::vector<GatheredList> lists;
-  std::vector<int64_t> gathers, releases;
-  auto listOf = [&](const std::vector<std::string> &params) {
-    for (size_t l = 0; l < lists.size(); ++l)
-      if (*lists[l].params == params)
-        return int64_t(l);
-    return int64_t(-1);
-  };
-  for (int64_t i = index - 1; i >= 0 && schedule[size_t(i)].within &&
-                              schedule[size_t(i)].op == InstrKind::AllGatherParams;
-       --i) {
-    int64_t l = listOf(schedule[size_t(i)].params);
-    if (l < 0) {
-      l = int64_t(lists.size());
-      lists.push_back({&schedule[size_t(i)].params, schedule[size_t(i)].group});
-      gathers.push_back(0);
-      releases.push_back(0);
-    }
-    ++gathers[size_t(l)];
-  }
-  if (lists.empty())
+  WithinGathers within = gatheredWithin(schedule, size_t(index));
+  if (within.lists.empty())
     return;
+  std::vector<int64_t> releases(within.lists.size(), 0);
   for (size_t i = size_t(index) + 1; i < schedule.size() && schedule[i].within &&
                                      schedule[i].op != InstrKind::AllGatherParams;
        ++i)
     if (schedule[i].op == InstrKind::ReleaseParams)
-      if (int64_t l = listOf(schedule[i].params); l >= 0)
+      if (int64_t l = within.indexOf(schedule[i].params); l >= 0)
         ++releases[size_t(l)];
   const Chunk &chunk = plan.chunks[size_t(compute.chunk)];
-  std::vector<std::vector<OpRun>> runs =
-      readRuns(compute.op == InstrKind::Forward ? chunk.forward : chunk.backward, lists);
-  for (size_t l = 0; l < lists.size() && !ctx.failed(); ++l) {
-    int64_t most = std::max<int64_t>(1, int64_t(runs[l].size()));
-    if (gathers[l] > most)
-      ctx.fail(pathOf(index), Twine(gathers[l]) + " all_gather_params within " +
-                                  stepName(compute) + " gather '" + lists[l].params->front() +
-                                  "' and its list, which its ops read in " + Twine(most) +
-                                  (most == 1 ? " run" : " runs") + "; a list is gathered at "
-                                  "most once per run");
-    else if (releases[l] != gathers[l])
-      ctx.fail(pathOf(index), Twine(gathers[l]) + " all_gather_params within " +
-                                  stepName(compute) + " gather '" + lists[l].params->front() +
-                                  "' and its list but " + Twine(releases[l]) +
+  std::vector<std::vector<OpRun>> runs = readRuns(
+      compute.op == InstrKind::Forward ? chunk.forward : chunk.backward, within.lists);
+  for (size_t l = 0; l < within.lists.size() && !ctx.failed(); ++l) {
+    const int64_t gathers = within.gathers[l];
+    const int64_t most = std::max<int64_t>(1, int64_t(runs[l].size()));
+    const std::string what = Twine(gathers).str() + " all_gather_params within " +
+                             stepName(compute) + " gather '" + within.lists[l].params->front() +
+                             "' and its list";
+    if (gathers > most)
+      ctx.fail(pathOf(index), what + ", which its ops read in " + Twine(most) +
+                                  (most == 1 ? " run" : " runs") +
+                                  "; a list is gathered at most once per run");
+    else if (releases[l] != gathers)
+      ctx.fail(pathOf(index), what + " but " + Twine(releases[l]) +
                                   " release_params within it release them; each gather needs "
                                   "its release");
   }

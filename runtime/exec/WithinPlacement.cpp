@@ -46,34 +46,22 @@ WithinPlacement::Hook place(const plan::Instr &instr, llvm::ArrayRef<plan::Op> o
 /// release after that run's last op, the last of each spanning the runs left.
 class GatherRuns {
 public:
-  GatherRuns(llvm::ArrayRef<plan::Instr> schedule, llvm::ArrayRef<plan::Op> ops, size_t first,
-             size_t compute) {
-    for (size_t i = first; i < compute; ++i)
-      if (schedule[i].op == InstrKind::AllGatherParams) {
-        int list = listOf(schedule[i].params);
-        if (list < 0) {
-          list = int(lists.size());
-          lists.push_back({&schedule[i].params, schedule[i].group});
-          gathers.push_back(0);
-        }
-        ++gathers[size_t(list)];
-      }
-    runs = plan::readRuns(ops, lists);
-    placedGathers.assign(lists.size(), 0);
-    placedReleases.assign(lists.size(), 0);
-  }
+  GatherRuns(llvm::ArrayRef<plan::Instr> schedule, llvm::ArrayRef<plan::Op> ops, size_t compute)
+      : within(plan::gatheredWithin(schedule, compute)), runs(plan::readRuns(ops, within.lists)),
+        placedGathers(within.lists.size(), 0), placedReleases(within.lists.size(), 0) {}
 
   /// Where a gather or release of a gathered list that the compute reads runs; none for
   /// anything else.
   std::optional<WithinPlacement::Hook> hookOf(const plan::Instr &instr, size_t index) {
     bool gather = instr.op == InstrKind::AllGatherParams;
-    int list = gather || instr.op == InstrKind::ReleaseParams ? listOf(instr.params) : -1;
+    int64_t list =
+        gather || instr.op == InstrKind::ReleaseParams ? within.indexOf(instr.params) : -1;
     if (list < 0 || runs[size_t(list)].empty())
       return std::nullopt;
     const std::vector<plan::OpRun> &listRuns = runs[size_t(list)];
     size_t &placed = (gather ? placedGathers : placedReleases)[size_t(list)];
     size_t run = std::min(placed++, listRuns.size() - 1);
-    if (!gather && placed >= gathers[size_t(list)])
+    if (!gather && int64_t(placed) >= within.gathers[size_t(list)])
       run = listRuns.size() - 1;
     WithinPlacement::Hook hook;
     hook.instr = index;
@@ -83,15 +71,7 @@ public:
   }
 
 private:
-  int listOf(const std::vector<std::string> &params) const {
-    for (size_t l = 0; l < lists.size(); ++l)
-      if (*lists[l].params == params)
-        return int(l);
-    return -1;
-  }
-
-  std::vector<plan::GatheredList> lists;
-  std::vector<size_t> gathers; // per list
+  plan::WithinGathers within;
   std::vector<std::vector<plan::OpRun>> runs;
   std::vector<size_t> placedGathers, placedReleases;
 };
@@ -116,7 +96,7 @@ WithinPlacement::WithinPlacement(const plan::RankPlan &plan)
     while (end < schedule.size() && schedule[end].within &&
            schedule[end].op != InstrKind::AllGatherParams)
       ++end;
-    GatherRuns gathers(schedule, ops, first, c);
+    GatherRuns gathers(schedule, ops, c);
     for (size_t i = first; i < end; ++i)
       if (i != c) {
         std::optional<Hook> hook = gathers.hookOf(schedule[i], i);

@@ -106,9 +106,9 @@ TEST(DataParallelWork, ZeroThreeGathersRunOnEachGPUsOwnAdapter) {
   ZeroPolicy policy = zeroPolicy(p.parallel, 16);
   std::vector<ParamUnit> units = virtualStageUnits(p.model, m, 0);
   ZeroGathers g = gathersAroundUse(p.model, {policy, units, policy, {}, true}, false, true).dense;
-  ASSERT_EQ(g.forwardCollectives, 11);
-  double n = double(g.forwardCollectives);
-  double gather = n * comm.allGather(g.forwardElements * 2 / n, dp);
+  ASSERT_EQ(g.forward.collectives, 11);
+  double n = double(g.forward.collectives);
+  double gather = n * comm.allGather(g.forward.elements * 2 / n, dp);
   // What the forward's compute cannot hide, 37 % of what it does, and the first layer's.
   double compute = w.forward.compute();
   EXPECT_NEAR(w.forward.zero,
@@ -116,7 +116,7 @@ TEST(DataParallelWork, ZeroThreeGathersRunOnEachGPUsOwnAdapter) {
                   CommModel::kGatherOverlapSlowdown * std::min(gather, compute) + gather / layers,
               1e-9 * gather);
   // The node's 8 adapters together would have made it several times cheaper.
-  EXPECT_GT(gather, 4 * n * comm.allGather(g.forwardElements * 2 / n, work.dp));
+  EXPECT_GT(gather, 4 * n * comm.allGather(g.forward.elements * 2 / n, work.dp));
 }
 
 TEST(GPUModel, GemmAtTwoShapes) {

@@ -69,6 +69,7 @@ struct Knobs {
   /// Model fields of a mixture of experts on every block but the first ("" for dense).
   std::string moe;
   int64_t bucketSize = 0; // parallel.bucket_size; 0 leaves the default
+  int cp = 1, ep = 1;      // ep is carved from dp
 };
 
 std::string jobText(const Knobs &k) {
@@ -84,7 +85,7 @@ std::string jobText(const Knobs &k) {
   model += "  layer block : transformer x " + std::to_string(k.blocks - !k.moe.empty()) +
            "\n  layer head : lm_head" + (k.llama ? "" : " tied(embed)") + "\n}\n";
   std::string cluster =
-      "cluster c {\n  nodes = 1; gpus_per_node = " + std::to_string(k.tp * k.pp * k.dp) +
+      "cluster c {\n  nodes = 1; gpus_per_node = " + std::to_string(k.tp * k.pp * k.dp * k.cp) +
       "\n  gpu { memory = 80 GiB; flops = 100 TFLOPS }\n"
       "  intra_node { bandwidth = 100 GB/s; latency = 1 us }\n}\n";
   std::string parallel =
@@ -93,7 +94,9 @@ std::string jobText(const Knobs &k) {
       "\n  schedule = " + k.schedule + "\n  zero = " + std::to_string(k.zero) +
       "\n  recompute = " + k.recompute +
       "\n  sequence_parallel = " + (k.sequenceParallel ? "true" : "false") +
-      (k.bucketSize ? "\n  bucket_size = " + std::to_string(k.bucketSize) : "") + "\n}\n";
+      (k.bucketSize ? "\n  bucket_size = " + std::to_string(k.bucketSize) : "") +
+      (k.cp > 1 ? "\n  cp = " + std::to_string(k.cp) : "") +
+      (k.ep > 1 ? "\n  ep = " + std::to_string(k.ep) : "") + "\n}\n";
   return model + cluster + parallel;
 }
 
@@ -101,7 +104,9 @@ std::string describe(const Knobs &k) {
   return "tp " + std::to_string(k.tp) + " pp " + std::to_string(k.pp) + " dp " +
          std::to_string(k.dp) + " " + k.schedule + " zero " + std::to_string(k.zero) + " " +
          k.recompute + (k.sequenceParallel ? " sp" : "") + (k.llama ? " llama" : " gpt") + " kv " +
-         std::to_string(k.kvHeads) + (k.moe.empty() ? "" : " moe");
+         std::to_string(k.kvHeads) + (k.moe.empty() ? "" : " moe") +
+         (k.cp > 1 ? " cp " + std::to_string(k.cp) : "") +
+         (k.ep > 1 ? " ep " + std::to_string(k.ep) : "");
 }
 
 /// Elements of each parameter this rank holds, as the memory model counts them.
@@ -176,6 +181,7 @@ void expectGathersFollowThePolicy(const Program &program, const Mapping &mapping
   const bool tied = program.model.tiedHead() && mapping.pp * mapping.chunks == 1;
   const ZeroPolicy dense = zeroPolicy(program.parallel, mapping.gradientRanks());
   const ZeroPolicy experts = zeroPolicy(program.parallel, mapping.expertDp());
+  std::vector<double> peaks(plan.chunks.size(), 0), modelPeaks(plan.chunks.size(), 0);
   for (size_t i = 0; i < plan.schedule.size(); ++i) {
     const plan::Instr &compute = plan.schedule[i];
     if (!plan::isCompute(compute.op) || compute.microbatch != 0)
@@ -197,13 +203,32 @@ void expectGathersFollowThePolicy(const Program &program, const Mapping &mapping
         program.model, {dense, units, experts, expertList, mapping.ep == 1}, full, tied);
     const ZeroGathers &d = chunk.dense, &e = chunk.experts;
     bool backward = compute.op == plan::InstrKind::Backward;
-    EXPECT_EQ(collectives, backward ? d.backwardCollectives + e.backwardCollectives
-                                    : d.forwardCollectives + e.forwardCollectives)
+    EXPECT_EQ(collectives, backward ? d.backward.collectives + e.backward.collectives
+                                    : d.forward.collectives + e.forward.collectives)
         << what << ", rank " << plan.rank << ", schedule[" << i << "]";
-    EXPECT_EQ(elements, backward ? d.backwardElements + e.backwardElements
-                                 : d.forwardElements + e.forwardElements)
+    EXPECT_EQ(elements, backward ? d.backward.elements + e.backward.elements
+                                 : d.forward.elements + e.forward.elements)
         << what << ", rank " << plan.rank << ", schedule[" << i << "]";
+    // The most elements whole at once, from the runs the plan's gathers span.
+    const plan::Chunk &lowered = plan.chunks[size_t(compute.chunk)];
+    llvm::ArrayRef<plan::Op> ops = backward ? lowered.backward : lowered.forward;
+    plan::WithinGathers within = plan::gatheredWithin(plan.schedule, i);
+    std::vector<std::vector<plan::OpRun>> runs = plan::readRuns(ops, within.lists);
+    std::vector<double> held(ops.size() + 1, 0);
+    for (size_t l = 0; l < within.lists.size(); ++l) {
+      int64_t n = 0, members = int64_t(plan.groups.get(within.lists[l].group).size());
+      for (const std::string &name : *within.lists[l].params)
+        n += numel[name];
+      for (const plan::OpRun &run : runs[l])
+        for (size_t op = run.first; op <= run.last; ++op)
+          held[op] += double((n + members - 1) / members * members);
+    }
+    double peak = *std::max_element(held.begin(), held.end());
+    EXPECT_LE(peak, chunk.peak) << what << ", rank " << plan.rank << ", schedule[" << i << "]";
+    peaks[size_t(compute.chunk)] = std::max(peaks[size_t(compute.chunk)], peak);
+    modelPeaks[size_t(compute.chunk)] = chunk.peak;
   }
+  EXPECT_EQ(peaks, modelPeaks) << what << ", rank " << plan.rank;
 }
 
 void expectLowers(const Knobs &knobs) {
@@ -212,7 +237,7 @@ void expectLowers(const Knobs &knobs) {
   llvm::Expected<std::vector<plan::RankPlan>> plans = lowerAllRanks(*job.program, *job.mapping);
   ASSERT_TRUE(static_cast<bool>(plans))
       << describe(knobs) << ": " << llvm::toString(plans.takeError());
-  ASSERT_EQ(int64_t(plans->size()), int64_t(knobs.tp * knobs.pp * knobs.dp));
+  ASSERT_EQ(int64_t(plans->size()), int64_t(knobs.tp * knobs.pp * knobs.dp * knobs.cp));
   if (knobs.kvHeads < knobs.tp)
     return; // replicated key/value heads are held more than once
   MemoryEstimate memory = estimateMemory(*job.program, *job.mapping);
@@ -299,7 +324,7 @@ TEST(Lowering, ZeroThreeGathersABucketForEachRunOfItsReads) {
   for (int64_t bucketSize : {int64_t(1), int64_t(3000), int64_t(0)})
     for (const char *recompute : {"none", "selective", "full"})
       for (int pp : {1, 2})
-        for (int variant = 0; variant < 3; ++variant) {
+        for (int variant = 0; variant < 5; ++variant) {
           Knobs k;
           k.tp = variant == 1 ? 2 : 1;
           k.pp = pp;
@@ -308,8 +333,15 @@ TEST(Lowering, ZeroThreeGathersABucketForEachRunOfItsReads) {
           k.bucketSize = bucketSize;
           k.llama = variant == 1;
           k.sequenceParallel = k.tp > 1;
-          if (variant == 2)
-            k.moe = "  experts = 4; top_k = 2; moe_ffn = 16; shared_experts = 1\n";
+          if (variant == 2 || variant == 3)
+            k.moe = "  experts = 4; top_k = 2; moe_ffn = 16; shared_experts = " +
+                    std::to_string(variant == 2) + "\n";
+          if (variant == 3) { // experts over their own group
+            k.dp = 4;
+            k.ep = 2;
+            k.globalBatch = 32;
+          }
+          k.cp = variant == 4 ? 2 : 1; // ring attention
           SCOPED_TRACE(describe(k) + ", bucket_size " + std::to_string(bucketSize));
           expectLowers(k);
         }

@@ -406,30 +406,30 @@ TEST(ZeroPolicy, ZeroThreeGathersABucketForEachRunOfReads) {
   };
   ChunkGathers chunk = gathers(policy, /*fullRecompute=*/false);
   ZeroGathers g = chunk.dense;
-  EXPECT_EQ(g.forwardCollectives, 7);
-  EXPECT_EQ(g.forwardElements, 100 + 8 + 40 + 80 + 40 + 80 + 100);
+  EXPECT_EQ(g.forward.collectives, 7);
+  EXPECT_EQ(g.forward.elements, 100 + 8 + 40 + 80 + 40 + 80 + 100);
   EXPECT_EQ(chunk.peak, 100); // one bucket at a time: the word embedding is the largest
   // Backward: the head's word embedding, then MLP 1, attention 1, MLP 0, attention 0; the
   // embeddings' backward reads no weight.
-  EXPECT_EQ(g.backwardCollectives, 5);
-  EXPECT_EQ(g.backwardElements, 100 + 240);
+  EXPECT_EQ(g.backward.collectives, 5);
+  EXPECT_EQ(g.backward.elements, 100 + 240);
   // A full recompute reads each block forward first: word | A1 M1 M1 A1 | A0 M0 M0 A0. Each MLP
   // is read twice in a row (one gather), each attention twice with the MLP between.
   g = gathers(policy, /*fullRecompute=*/true).dense;
-  EXPECT_EQ(g.backwardCollectives, 7);
-  EXPECT_EQ(g.backwardElements, 100 + 2 * (40 + 80 + 40));
+  EXPECT_EQ(g.backward.collectives, 7);
+  EXPECT_EQ(g.backward.elements, 100 + 2 * (40 + 80 + 40));
   // One bucket for the blocks and positions: a run never ends inside it.
   parallel.bucketSize = 1000;
   chunk = gathers(zeroPolicy(parallel, 4), true);
   g = chunk.dense;
   EXPECT_EQ(chunk.peak, 248);
-  EXPECT_EQ(g.forwardCollectives, 3);
-  EXPECT_EQ(g.forwardElements, 100 + 248 + 100);
-  EXPECT_EQ(g.backwardCollectives, 2);
-  EXPECT_EQ(g.backwardElements, 100 + 248);
+  EXPECT_EQ(g.forward.collectives, 3);
+  EXPECT_EQ(g.forward.elements, 100 + 248 + 100);
+  EXPECT_EQ(g.backward.collectives, 2);
+  EXPECT_EQ(g.backward.elements, 100 + 248);
   // Without ZeRO 3 nothing is gathered around use.
   parallel.zero = 2;
-  EXPECT_EQ(gathers(zeroPolicy(parallel, 4), true).dense.forwardCollectives, 0);
+  EXPECT_EQ(gathers(zeroPolicy(parallel, 4), true).dense.forward.collectives, 0);
 }
 
 namespace {

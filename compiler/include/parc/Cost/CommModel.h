@@ -86,8 +86,9 @@ public:
   static constexpr double kOverlapSlowdown = 0.15;
   /// What `comm` seconds of traffic cost beside `compute` seconds of kernels: the excess, and
   /// the slowdown of the compute it runs beside.
-  static double exposedBeside(double comm, double compute) {
-    return std::max(0.0, comm - compute) + kOverlapSlowdown * std::min(comm, compute);
+  static double exposedBeside(double comm, double compute,
+                              double slowdown = kOverlapSlowdown) {
+    return std::max(0.0, comm - compute) + slowdown * std::min(comm, compute);
   }
 
 private:

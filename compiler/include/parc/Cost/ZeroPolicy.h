@@ -94,9 +94,12 @@ struct ZeroPolicy {
 ZeroPolicy zeroPolicy(const ParallelSpec &parallel, int64_t dp);
 
 /// ZeRO-3's all-gathers of one family of a chunk's units, in padded elements of one rank.
+struct PassGathers {
+  double elements = 0;
+  int64_t collectives = 0;
+};
 struct ZeroGathers {
-  double forwardElements = 0, backwardElements = 0; // per forward, per backward
-  int64_t forwardCollectives = 0, backwardCollectives = 0;
+  PassGathers forward, backward; // per forward, per backward
 };
 
 /// What ZeRO-3 gathers around use over one chunk: each family's gathers, and the most

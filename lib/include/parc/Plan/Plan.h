@@ -394,6 +394,16 @@ struct OpRun {
 std::vector<std::vector<OpRun>> readRuns(llvm::ArrayRef<Op> ops,
                                          llvm::ArrayRef<GatheredList> lists);
 
+/// The lists the all_gather_params within a compute gather (the run of them right before
+/// schedule[compute]), each once in schedule order, with how many gathers each has.
+struct WithinGathers {
+  std::vector<GatheredList> lists;
+  std::vector<int64_t> gathers; // per list
+  /// The list of `params`, or -1.
+  int64_t indexOf(const std::vector<std::string> &params) const;
+};
+WithinGathers gatheredWithin(llvm::ArrayRef<Instr> schedule, size_t compute);
+
 //===----------------------------------------------------------------------===//
 // Files
 //===----------------------------------------------------------------------===//

@@ -6,10 +6,10 @@
 // another list gathered over the same group), the k-th release just after that run, the last
 // gather and release of a list spanning the runs left (one gather spans them all), a
 // reduce-scatter just after the last op that writes one of their gradients. Their positions
-// follow from the
-// op lists the runner executes (after OpFusion.h, which keeps every operand), so they are found
-// once per plan; an instruction whose compute never touches its parameters runs at the
-// compute's start (a gather) or end.
+// follow from the op lists the runner executes (after OpFusion.h, which keeps every operand and
+// moves no weight's read past another list's, so the runs are those the plan verifier counted),
+// so they are found once per plan; an instruction whose compute never touches its parameters
+// runs at the compute's start (a gather) or end.
 //
 // Every rank of a pipeline stage runs the same op lists, so all members of a data-parallel
 // group reach each collective at the same point.
