@@ -66,17 +66,18 @@ public:
       expertsOf[chunk.expertUnits[u].block] = u;
   }
 
-  std::vector<UnitRead> forward(bool tiedHead) const {
-    std::vector<UnitRead> reads;
+  /// The forward's reads, into `reads` (cleared first).
+  void forward(bool tiedHead, std::vector<UnitRead> &reads) const {
+    reads.clear();
     for (size_t u = chunk.units.size(); u-- > 0;)
       readForward(u, reads);
     if (tiedHead)
       appendWords(reads);
-    return reads;
   }
 
-  std::vector<UnitRead> backward(bool fullRecompute, bool tiedHead) const {
-    std::vector<UnitRead> reads;
+  /// The backward's reads, into `reads` (cleared first).
+  void backward(bool fullRecompute, bool tiedHead, std::vector<UnitRead> &reads) const {
+    reads.clear();
     if (tiedHead)
       appendWords(reads);
     llvm::ArrayRef<ParamUnit> units = chunk.units;
@@ -101,7 +102,6 @@ public:
         reads.push_back({0, i});
       u = end;
     }
-    return reads;
   }
 
 private:
@@ -154,7 +154,8 @@ ChunkGathers gathersAroundUse(const ModelSpec &model, const ChunkUnits &chunk,
       int family;
       size_t bucket, first, last;
     };
-    std::vector<Run> runs;
+    thread_local std::vector<Run> runs;
+    runs.clear();
     int64_t open[2] = {-1, -1};
     for (size_t i = 0; i < reads.size(); ++i) {
       const UnitRead &read = reads[i];
@@ -173,8 +174,13 @@ ChunkGathers gathersAroundUse(const ModelSpec &model, const ChunkUnits &chunk,
       PassGathers &pass = backward ? families[read.family]->backward : families[read.family]->forward;
       pass.elements += whole;
       ++pass.collectives;
+      result.peak = std::max(result.peak, whole);
     }
-    std::vector<double> change(reads.size() + 1, 0);
+    // One group: its runs never overlap, so the largest is the peak.
+    if (chunk.oneGroup || buckets[1].empty() || buckets[0].empty())
+      return;
+    thread_local std::vector<double> change;
+    change.assign(reads.size() + 1, 0);
     for (const Run &run : runs) {
       double whole = double(buckets[run.family][run.bucket].padded(policies[run.family]->dp));
       change[run.first] += whole;
@@ -186,9 +192,14 @@ ChunkGathers gathersAroundUse(const ModelSpec &model, const ChunkUnits &chunk,
   };
   if (buckets[0].empty() && buckets[1].empty())
     return result;
+  // The search asks this of every ZeRO-3 candidate: the reads reuse one buffer per thread.
+  thread_local std::vector<UnitRead> reads;
+  reads.reserve(3 * (chunk.units.size() + chunk.expertUnits.size()) + 2);
   ReadOrder order(model, chunk);
-  countRuns(order.forward(tiedHead), false);
-  countRuns(order.backward(fullRecompute, tiedHead), true);
+  order.forward(tiedHead, reads);
+  countRuns(reads, false);
+  order.backward(fullRecompute, tiedHead, reads);
+  countRuns(reads, true);
   return result;
 }
 
