@@ -256,7 +256,6 @@ int64_t largestScratchGradient(const Program &program, const Mapping &mapping,
 struct StateFamily {
   ZeroPolicy policy;
   std::vector<std::vector<ParamUnit>> chunks; // backward-ordered units of each chunk
-  bool mayTie = false;                        // holds the word embedding
 };
 
 /// ZeRO 1's reduce-scatters of one stage, both families, chunk by chunk in schedule order (a
@@ -280,36 +279,27 @@ struct StepEndReductions {
 };
 
 /// Weights, gradients and optimizer state of one family of the stage, added to `m`, with the
-/// transient buffers: the whole gradient buckets of ZeRO 1 to 3
-/// (ZeRO 1's reductions go to `stepEnd`) and the copies ops write their gradients through.
+/// transient buffers: the copies ops write their gradients through and ZeRO 1's whole
+/// gradient buckets (its reductions go to `stepEnd`); zero 2 and 3's whole buckets are both
+/// families' at once (gradientPeak, in estimateMemory).
 void addModelStates(const Program &program, const Mapping &mapping, const StateFamily &family,
                     StageMemory &m, StepEndReductions &stepEnd) {
   const ModelSpec &model = program.model;
   const ZeroPolicy &policy = family.policy;
   const StateBytesPerParam perParam = stateBytesPerParam(program);
   const double elementBytes = double(bytesPerElement(model.dtype));
-  const bool tiedOnOneChunk =
-      family.mayTie && model.tiedHead() && mapping.pp * mapping.chunks == 1;
   std::vector<ParamUnit> all;
-  // A gradient bucket is whole from its first write to its reduce-scatter.
-  double owned = 0, padded = 0, largestGradUse = 0;
+  double owned = 0, padded = 0;
   std::vector<std::vector<std::pair<double, double>>> reductions(family.chunks.size());
   for (size_t c = 0; c < family.chunks.size(); ++c) {
     const std::vector<ParamUnit> &units = family.chunks[c];
     all.insert(all.end(), units.begin(), units.end());
-    double word = 0, other = 0;
     for (const ZeroBucket &bucket : policy.buckets(units)) {
       double whole = double(bucket.padded(policy.dp));
       owned += double(bucket.perMember);
       padded += whole;
       reductions[c].push_back({whole, double(bucket.perMember)});
-      // A tied head on the embedding's chunk writes the word embedding's gradient at both ends
-      // of the backward: that bucket's stays whole while each other bucket's is written.
-      bool isWord = units[bucket.first].kind == ParamUnitKind::WordEmbedding;
-      double &slot = isWord && tiedOnOneChunk ? word : other;
-      slot = std::max(slot, whole);
     }
-    largestGradUse = std::max(largestGradUse, word + other);
   }
   int64_t elements = 0;
   for (const ParamUnit &unit : all)
@@ -338,8 +328,9 @@ void addModelStates(const Program &program, const Mapping &mapping, const StateF
                                reductions[c].end());
     return;
   }
+  // The whole buckets being written: estimateMemory adds both families' at once.
   m.grads += owned * perParam.grad;
-  m.gradBuffers += largestGradUse * perParam.grad + opScratch;
+  m.gradBuffers += opScratch;
 }
 
 } // namespace
@@ -354,7 +345,7 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
     m.stage = stage;
     std::vector<int64_t> inFlight =
         microbatchesInFlight(par.schedule, mapping.pp, stage, mapping.microbatches, mapping.chunks);
-    StateFamily dense{policy, {}, true}, experts{zeroPolicy(par, mapping.expertDp()), {}, false};
+    StateFamily dense{policy, {}}, experts{zeroPolicy(par, mapping.expertDp()), {}};
     for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
       auto [first, last] = mapping.partition.range(stage, chunk);
       const int64_t virtualStage = chunk * mapping.pp + stage;
@@ -372,7 +363,9 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
     if (program.model.hasExperts())
       addModelStates(program, mapping, experts, m, stepEnd);
     m.gradBuffers += stepEnd.transientPeak() * stateBytesPerParam(program).grad;
-    // ZeRO-3's gathered buckets, both families, one chunk's pass at a time.
+    // ZeRO-3's gathered buckets and zero 2 and 3's whole gradient buckets, both families, one
+    // chunk's pass at a time.
+    double gradPeak = 0;
     const bool tiedHead = program.model.tiedHead() && mapping.pp * mapping.chunks == 1;
     for (size_t c = 0; c < dense.chunks.size(); ++c) {
       ChunkUnits units{dense.policy, dense.chunks[c], experts.policy, experts.chunks[c],
@@ -380,7 +373,9 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
       double peak = gathersAroundUse(program.model, units,
                                      par.recompute == Recompute::Full, tiedHead).peak;
       m.gathered = std::max(m.gathered, peak * stateBytesPerParam(program).weight);
+      gradPeak = std::max(gradPeak, gradientPeak(program.model, units, tiedHead));
     }
+    m.gradBuffers += gradPeak * stateBytesPerParam(program).grad;
     m.activations = stageActivationBytes(program, mapping, stage, inFlight);
     m.reserve = double(program.cluster.gpuReserve);
     est.stages.push_back(m);

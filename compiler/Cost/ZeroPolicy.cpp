@@ -3,6 +3,7 @@
 #include "parc/Cost/ZeroPolicy.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 
 namespace parc {
@@ -104,6 +105,25 @@ public:
     }
   }
 
+  /// The backward's gradient writes, into `writes` (cleared first): the head's (a tied head's
+  /// into the word embedding), the final norm's, each block's experts, MLP and attention, the
+  /// positions' and the word embedding's.
+  void writes(bool tiedHead, std::vector<UnitRead> &writes) const {
+    writes.clear();
+    if (tiedHead)
+      appendWords(writes);
+    llvm::ArrayRef<ParamUnit> units = chunk.units;
+    for (size_t u = 0; u < units.size(); ++u) {
+      bool blockStart = (units[u].kind == ParamUnitKind::Attention ||
+                         units[u].kind == ParamUnitKind::MLP) &&
+                        (u == 0 || units[u - 1].block != units[u].block);
+      auto experts = expertsOf.find(units[u].block);
+      if (blockStart && experts != expertsOf.end())
+        writes.push_back({1, experts->second});
+      writes.push_back({0, u});
+    }
+  }
+
 private:
   /// A dense unit's forward reads: a MoE block's MLP reads the router, then the experts run,
   /// then the shared experts.
@@ -128,69 +148,93 @@ private:
   const ChunkUnits &chunk;
   std::map<int64_t, size_t> expertsOf; // block -> its experts' unit
 };
+
+/// Both families' buckets and the bucket of each unit, for the families whose policy says
+/// `kept` (empty for the others).
+struct FamilyBuckets {
+  const ZeroPolicy *policies[2];
+  std::vector<ZeroBucket> buckets[2];
+  std::vector<size_t> bucketOf[2];
+
+  FamilyBuckets(const ChunkUnits &chunk, bool (ZeroPolicy::*kept)() const)
+      : policies{&chunk.policy, &chunk.expertPolicy} {
+    llvm::ArrayRef<ParamUnit> lists[2] = {chunk.units, chunk.expertUnits};
+    for (int f = 0; f < 2; ++f) {
+      if (!(policies[f]->*kept)())
+        continue;
+      buckets[f] = policies[f]->buckets(lists[f]);
+      bucketOf[f].resize(lists[f].size());
+      for (size_t b = 0; b < buckets[f].size(); ++b)
+        for (size_t u = buckets[f][b].first; u < buckets[f][b].end; ++u)
+          bucketOf[f][u] = b;
+    }
+  }
+  bool empty() const { return buckets[0].empty() && buckets[1].empty(); }
+  double whole(int family, size_t bucket) const {
+    return double(buckets[family][bucket].padded(policies[family]->dp));
+  }
+};
+
+/// The most of `sizes` held at once when entry i is held over positions [spans[i].first,
+/// spans[i].second] of `positions` positions (none when first > second).
+double overlapPeak(llvm::ArrayRef<std::pair<size_t, size_t>> spans, llvm::ArrayRef<double> sizes,
+                   size_t positions) {
+  thread_local std::vector<double> change;
+  change.assign(positions + 1, 0);
+  for (size_t i = 0; i < spans.size(); ++i)
+    if (spans[i].first <= spans[i].second) { // held at all
+      change[spans[i].first] += sizes[i];
+      change[spans[i].second + 1] -= sizes[i];
+    }
+  double held = 0, peak = 0;
+  for (double delta : change)
+    peak = std::max(peak, held += delta);
+  return peak;
+}
 } // namespace
 
 ChunkGathers gathersAroundUse(const ModelSpec &model, const ChunkUnits &chunk,
                               bool fullRecompute, bool tiedHead) {
   ChunkGathers result;
-  const ZeroPolicy *policies[2] = {&chunk.policy, &chunk.expertPolicy};
-  llvm::ArrayRef<ParamUnit> lists[2] = {chunk.units, chunk.expertUnits};
-  std::vector<ZeroBucket> buckets[2];
-  std::vector<size_t> bucketOf[2];
-  for (int f = 0; f < 2; ++f) {
-    if (!policies[f]->gathersWeightsAroundUse())
-      continue;
-    buckets[f] = policies[f]->buckets(lists[f]);
-    bucketOf[f].resize(lists[f].size());
-    for (size_t b = 0; b < buckets[f].size(); ++b)
-      for (size_t u = buckets[f][b].first; u < buckets[f][b].end; ++u)
-        bucketOf[f][u] = b;
-  }
-  ZeroGathers *families[2] = {&result.dense, &result.experts};
+  const FamilyBuckets families(chunk, &ZeroPolicy::gathersWeightsAroundUse);
+  const auto &buckets = families.buckets;
+  const auto &bucketOf = families.bucketOf;
+  ZeroGathers *gathers[2] = {&result.dense, &result.experts};
   // A run is one bucket's consecutive reads among those of its group; it is whole from its
   // first read to its last.
   auto countRuns = [&](const std::vector<UnitRead> &reads, bool backward) {
-    struct Run {
-      int family;
-      size_t bucket, first, last;
-    };
-    thread_local std::vector<Run> runs;
-    runs.clear();
+    thread_local std::vector<std::pair<size_t, size_t>> spans; // of each run
+    thread_local std::vector<double> sizes;
+    thread_local std::vector<std::pair<int, size_t>> runBucket;
+    spans.clear();
+    sizes.clear();
+    runBucket.clear();
     int64_t open[2] = {-1, -1};
     for (size_t i = 0; i < reads.size(); ++i) {
       const UnitRead &read = reads[i];
       if (buckets[read.family].empty())
         continue;
       int key = chunk.oneGroup ? 0 : read.family;
-      size_t bucket = bucketOf[read.family][read.unit];
-      if (open[key] >= 0 && runs[size_t(open[key])].family == read.family &&
-          runs[size_t(open[key])].bucket == bucket) {
-        runs[size_t(open[key])].last = i;
+      std::pair<int, size_t> bucket{read.family, bucketOf[read.family][read.unit]};
+      if (open[key] >= 0 && runBucket[size_t(open[key])] == bucket) {
+        spans[size_t(open[key])].second = i;
         continue;
       }
-      open[key] = int64_t(runs.size());
-      runs.push_back({read.family, bucket, i, i});
-      double whole = double(buckets[read.family][bucket].padded(policies[read.family]->dp));
-      PassGathers &pass = backward ? families[read.family]->backward : families[read.family]->forward;
+      open[key] = int64_t(spans.size());
+      double whole = families.whole(bucket.first, bucket.second);
+      spans.push_back({i, i});
+      sizes.push_back(whole);
+      runBucket.push_back(bucket);
+      PassGathers &pass = backward ? gathers[read.family]->backward : gathers[read.family]->forward;
       pass.elements += whole;
       ++pass.collectives;
       result.peak = std::max(result.peak, whole);
     }
     // One group: its runs never overlap, so the largest is the peak.
-    if (chunk.oneGroup || buckets[1].empty() || buckets[0].empty())
-      return;
-    thread_local std::vector<double> change;
-    change.assign(reads.size() + 1, 0);
-    for (const Run &run : runs) {
-      double whole = double(buckets[run.family][run.bucket].padded(policies[run.family]->dp));
-      change[run.first] += whole;
-      change[run.last + 1] -= whole;
-    }
-    double held = 0;
-    for (double delta : change)
-      result.peak = std::max(result.peak, held += delta);
+    if (!chunk.oneGroup && !buckets[0].empty() && !buckets[1].empty())
+      result.peak = std::max(result.peak, overlapPeak(spans, sizes, reads.size()));
   };
-  if (buckets[0].empty() && buckets[1].empty())
+  if (families.empty())
     return result;
   // The search asks this of every ZeRO-3 candidate: the reads reuse one buffer per thread.
   thread_local std::vector<UnitRead> reads;
@@ -201,6 +245,34 @@ ChunkGathers gathersAroundUse(const ModelSpec &model, const ChunkUnits &chunk,
   order.backward(fullRecompute, tiedHead, reads);
   countRuns(reads, true);
   return result;
+}
+
+double gradientPeak(const ModelSpec &model, const ChunkUnits &chunk, bool tiedHead) {
+  const FamilyBuckets families(chunk, &ZeroPolicy::shardsGrads);
+  if (families.empty())
+    return 0;
+  thread_local std::vector<UnitRead> writes;
+  ReadOrder(model, chunk).writes(tiedHead, writes);
+  // Each bucket's gradient is whole from its first write to its last (its reduce-scatter).
+  thread_local std::vector<std::pair<size_t, size_t>> spans;
+  thread_local std::vector<double> sizes;
+  spans.clear();
+  sizes.clear();
+  size_t offset[2] = {0, families.buckets[0].size()};
+  for (int f = 0; f < 2; ++f)
+    for (size_t b = 0; b < families.buckets[f].size(); ++b) {
+      spans.push_back({SIZE_MAX, 0});
+      sizes.push_back(families.whole(f, b));
+    }
+  for (size_t i = 0; i < writes.size(); ++i) {
+    const UnitRead &write = writes[i];
+    if (families.buckets[write.family].empty())
+      continue;
+    auto &span = spans[offset[write.family] + families.bucketOf[write.family][write.unit]];
+    span.first = std::min(span.first, i);
+    span.second = i;
+  }
+  return overlapPeak(spans, sizes, writes.size());
 }
 
 } // namespace parc

@@ -59,18 +59,22 @@ def build_cases():
               MemoryCase(1, 1, 1, "1f1b", 0, "none", precision="fp32", cp=4,
                          attention="standard")]
     # Mixture of experts (ep = 1): the router's logits, the top_k rows per token the experts
-    # read and write, their ZeRO buckets apart from the dense ones. (Under ZeRO 2 and 3 parrun
-    # writes the experts' and the dense gradient buckets partly one after the other, which the
-    # model does not follow yet: it adds both families' gradient buffers, 8 to 11 % above what
-    # parrun holds. ZeRO 3's gathered weights it follows: +0.00 % on these jobs.)
+    # read and write, their ZeRO buckets apart from the dense ones: under ZeRO 2 and 3 a
+    # block's expert gradients are complete before its router's are written, and under ZeRO 3
+    # its experts are gathered between its router and its shared experts.
     cases += [MemoryCase(1, 1, 4, "1f1b", 0, "none", precision="fp32", variant="moe"),
-              MemoryCase(1, 1, 4, "1f1b", 1, "selective", precision="fp32", variant="moe")]
+              MemoryCase(1, 1, 4, "1f1b", 1, "selective", precision="fp32", variant="moe"),
+              MemoryCase(1, 1, 4, "1f1b", 2, "none", precision="fp32", variant="moe"),
+              MemoryCase(1, 1, 4, "1f1b", 3, "selective", precision="fp32", variant="moe"),
+              MemoryCase(1, 1, 4, "1f1b", 3, "none", precision="fp32", variant="moe-shared")]
     # Expert parallelism: experts / ep per rank, their states over expert dp, the all-to-all's
     # dropless receive buffers.
     cases += [MemoryCase(1, 1, 4, "1f1b", 0, "none", precision="fp32", variant="moe", ep=2),
               MemoryCase(1, 1, 4, "1f1b", 1, "none", precision="fp32", variant="moe", ep=2),
               MemoryCase(1, 1, 4, "1f1b", 1, "selective", precision="fp32", variant="moe",
-                         ep=4)]
+                         ep=4),
+              MemoryCase(1, 1, 4, "1f1b", 3, "selective", precision="fp32", variant="moe",
+                         ep=2)]
     return cases
 
 

@@ -427,6 +427,13 @@ TEST(ZeroPolicy, ZeroThreeGathersABucketForEachRunOfReads) {
   EXPECT_EQ(g.forward.elements, 100 + 248 + 100);
   EXPECT_EQ(g.backward.collectives, 2);
   EXPECT_EQ(g.backward.elements, 100 + 248);
+  // Zero 2 and 3 hold a gradient bucket whole from its first write to its last: a tied head
+  // writes the word embedding's first and the embedding's backward last, so it stays whole
+  // beside each other bucket (the largest, an MLP); untied, it is written once, at the end.
+  parallel.bucketSize = 1;
+  ZeroPolicy each = zeroPolicy(parallel, 4);
+  EXPECT_EQ(gradientPeak(model, {each, units, each, {}, true}, /*tiedHead=*/true), 100 + 80);
+  EXPECT_EQ(gradientPeak(model, {each, units, each, {}, true}, /*tiedHead=*/false), 100);
   // Without ZeRO 3 nothing is gathered around use.
   parallel.zero = 2;
   EXPECT_EQ(gathers(zeroPolicy(parallel, 4), true).dense.forward.collectives, 0);

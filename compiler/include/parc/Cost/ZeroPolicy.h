@@ -131,6 +131,13 @@ struct ChunkUnits {
 ChunkGathers gathersAroundUse(const ModelSpec &model, const ChunkUnits &chunk,
                               bool fullRecompute, bool tiedHead);
 
+/// The most gradient elements zero 2 and 3 hold whole at once in a backward of one chunk,
+/// both families: a bucket's gradient is whole from its first write to its reduce-scatter
+/// after its last, and the backward writes the head's (or, `tiedHead`, the word
+/// embedding's), the final norm's, each block's experts', MLP's and attention's, the
+/// positions' and the word embedding's.
+double gradientPeak(const ModelSpec &model, const ChunkUnits &chunk, bool tiedHead);
+
 } // namespace parc
 
 #endif
