@@ -78,10 +78,11 @@ void addGathersAroundUse(const Program &program, const Mapping &mapping, const C
   const ZeroPolicy expertPolicy = zeroPolicy(par, mapping.expertDp());
   const std::vector<ParamUnit> units = virtualStageUnits(model, mapping, v);
   const std::vector<ParamUnit> expertList = expertUnits(model, mapping, v);
-  const bool tiedHead = model.tiedHead() && mapping.pp * mapping.chunks == 1;
-  const ChunkGathers chunk =
-      gathersAroundUse(model, {policy, units, expertPolicy, expertList, mapping.ep == 1},
-                       par.recompute == Recompute::Full, tiedHead);
+  const ChunkGathers chunk = gathersAroundUse(
+      model,
+      {policy, units, expertPolicy, expertList, mapping.ep == 1,
+       headReadsWordEmbedding(model, mapping)},
+      par.recompute == Recompute::Full);
   const double weightBytes = double(bytesPerElement(model.dtype));
   auto seconds = [&](const PassGathers &dense, const PassGathers &experts) {
     return inCollectives(&CommModel::allGather, comm, dense.elements * weightBytes, rails.dense,

@@ -166,6 +166,10 @@ std::vector<ParamUnit> virtualStageUnits(const ModelSpec &model, const Mapping &
   return units;
 }
 
+bool headReadsWordEmbedding(const ModelSpec &model, const Mapping &mapping) {
+  return model.tiedHead() && mapping.pp * mapping.chunks == 1;
+}
+
 std::vector<ParamUnit> expertUnits(const ModelSpec &model, const Mapping &mapping,
                                    int64_t virtualStage) {
   auto [first, last] = mapping.partition.blocks[size_t(virtualStage)];
@@ -234,7 +238,7 @@ int64_t largestScratchGradient(const Program &program, const Mapping &mapping,
   const bool mixed = program.train.gradDtype != model.dtype;
   int64_t largest = 0;
   for (const ParamUnit &unit : units) {
-    if (unit.kind != ParamUnitKind::Attention && unit.kind != ParamUnitKind::MLP) {
+    if (!isSubLayer(unit.kind)) {
       largest = std::max(largest, mixed ? unit.elements : 0);
       continue;
     }
@@ -366,14 +370,13 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
     // ZeRO-3's gathered buckets and zero 2 and 3's whole gradient buckets, both families, one
     // chunk's pass at a time.
     double gradPeak = 0;
-    const bool tiedHead = program.model.tiedHead() && mapping.pp * mapping.chunks == 1;
     for (size_t c = 0; c < dense.chunks.size(); ++c) {
       ChunkUnits units{dense.policy, dense.chunks[c], experts.policy, experts.chunks[c],
-                       mapping.ep == 1};
-      double peak = gathersAroundUse(program.model, units,
-                                     par.recompute == Recompute::Full, tiedHead).peak;
+                       mapping.ep == 1, headReadsWordEmbedding(program.model, mapping)};
+      double peak =
+          gathersAroundUse(program.model, units, par.recompute == Recompute::Full).peak;
       m.gathered = std::max(m.gathered, peak * stateBytesPerParam(program).weight);
-      gradPeak = std::max(gradPeak, gradientPeak(program.model, units, tiedHead));
+      gradPeak = std::max(gradPeak, gradientPeak(program.model, units));
     }
     m.gradBuffers += gradPeak * stateBytesPerParam(program).grad;
     m.activations = stageActivationBytes(program, mapping, stage, inFlight);

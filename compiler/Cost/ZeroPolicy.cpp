@@ -68,23 +68,23 @@ public:
   }
 
   /// The forward's reads, into `reads` (cleared first).
-  void forward(bool tiedHead, std::vector<UnitRead> &reads) const {
+  void forward(std::vector<UnitRead> &reads) const {
     reads.clear();
     for (size_t u = chunk.units.size(); u-- > 0;)
       readForward(u, reads);
-    if (tiedHead)
+    if (chunk.tiedHead)
       appendWords(reads);
   }
 
   /// The backward's reads, into `reads` (cleared first).
-  void backward(bool fullRecompute, bool tiedHead, std::vector<UnitRead> &reads) const {
+  void backward(bool fullRecompute, std::vector<UnitRead> &reads) const {
     reads.clear();
-    if (tiedHead)
+    if (chunk.tiedHead)
       appendWords(reads);
     llvm::ArrayRef<ParamUnit> units = chunk.units;
     for (size_t u = 0; u < units.size();) {
       ParamUnitKind kind = units[u].kind;
-      if (kind != ParamUnitKind::Attention && kind != ParamUnitKind::MLP) {
+      if (!isSubLayer(kind)) {
         if (kind == ParamUnitKind::Head || kind == ParamUnitKind::FinalNorm)
           reads.push_back({0, u});
         ++u;
@@ -92,7 +92,7 @@ public:
       }
       size_t end = u;
       while (end < units.size() && units[end].block == units[u].block &&
-             (units[end].kind == ParamUnitKind::Attention || units[end].kind == ParamUnitKind::MLP))
+             isSubLayer(units[end].kind))
         ++end;
       for (size_t i = end; fullRecompute && i-- > u;)
         readForward(i, reads);
@@ -108,15 +108,14 @@ public:
   /// The backward's gradient writes, into `writes` (cleared first): the head's (a tied head's
   /// into the word embedding), the final norm's, each block's experts, MLP and attention, the
   /// positions' and the word embedding's.
-  void writes(bool tiedHead, std::vector<UnitRead> &writes) const {
+  void writes(std::vector<UnitRead> &writes) const {
     writes.clear();
-    if (tiedHead)
+    if (chunk.tiedHead)
       appendWords(writes);
     llvm::ArrayRef<ParamUnit> units = chunk.units;
     for (size_t u = 0; u < units.size(); ++u) {
-      bool blockStart = (units[u].kind == ParamUnitKind::Attention ||
-                         units[u].kind == ParamUnitKind::MLP) &&
-                        (u == 0 || units[u - 1].block != units[u].block);
+      bool blockStart =
+          isSubLayer(units[u].kind) && (u == 0 || units[u - 1].block != units[u].block);
       auto experts = expertsOf.find(units[u].block);
       if (blockStart && experts != expertsOf.end())
         writes.push_back({1, experts->second});
@@ -194,7 +193,7 @@ double overlapPeak(llvm::ArrayRef<std::pair<size_t, size_t>> spans, llvm::ArrayR
 } // namespace
 
 ChunkGathers gathersAroundUse(const ModelSpec &model, const ChunkUnits &chunk,
-                              bool fullRecompute, bool tiedHead) {
+                              bool fullRecompute) {
   ChunkGathers result;
   const FamilyBuckets families(chunk, &ZeroPolicy::gathersWeightsAroundUse);
   const auto &buckets = families.buckets;
@@ -240,19 +239,19 @@ ChunkGathers gathersAroundUse(const ModelSpec &model, const ChunkUnits &chunk,
   thread_local std::vector<UnitRead> reads;
   reads.reserve(3 * (chunk.units.size() + chunk.expertUnits.size()) + 2);
   ReadOrder order(model, chunk);
-  order.forward(tiedHead, reads);
+  order.forward(reads);
   countRuns(reads, false);
-  order.backward(fullRecompute, tiedHead, reads);
+  order.backward(fullRecompute, reads);
   countRuns(reads, true);
   return result;
 }
 
-double gradientPeak(const ModelSpec &model, const ChunkUnits &chunk, bool tiedHead) {
+double gradientPeak(const ModelSpec &model, const ChunkUnits &chunk) {
   const FamilyBuckets families(chunk, &ZeroPolicy::shardsGrads);
   if (families.empty())
     return 0;
   thread_local std::vector<UnitRead> writes;
-  ReadOrder(model, chunk).writes(tiedHead, writes);
+  ReadOrder(model, chunk).writes(writes);
   // Each bucket's gradient is whole from its first write to its last (its reduce-scatter).
   thread_local std::vector<std::pair<size_t, size_t>> spans;
   thread_local std::vector<double> sizes;

@@ -395,7 +395,7 @@ std::vector<std::vector<OpRun>> readRuns(llvm::ArrayRef<Op> ops,
         continue;
       size_t l = found->second;
       auto [open, fresh] = current.try_emplace(lists[l].group, l);
-      if (!fresh && open->second == l && !runs[l].empty()) {
+      if (!fresh && open->second == l) { // the run of this list's last read goes on
         runs[l].back().last = i;
         continue;
       }

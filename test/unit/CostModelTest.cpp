@@ -105,7 +105,9 @@ TEST(DataParallelWork, ZeroThreeGathersRunOnEachGPUsOwnAdapter) {
   // are one 50 M bucket) and, for the tied head, the word embedding again: 11 gathers in bf16.
   ZeroPolicy policy = zeroPolicy(p.parallel, 16);
   std::vector<ParamUnit> units = virtualStageUnits(p.model, m, 0);
-  ZeroGathers g = gathersAroundUse(p.model, {policy, units, policy, {}, true}, false, true).dense;
+  ZeroGathers g =
+      gathersAroundUse(p.model, {policy, units, policy, {}, true, /*tiedHead=*/true}, false)
+          .dense;
   ASSERT_EQ(g.forward.collectives, 11);
   double n = double(g.forward.collectives);
   double gather = n * comm.allGather(g.forward.elements * 2 / n, dp);

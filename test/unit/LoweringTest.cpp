@@ -178,7 +178,7 @@ void expectGathersFollowThePolicy(const Program &program, const Mapping &mapping
     numel[param.name] = n;
   }
   const bool full = program.parallel.recompute == Recompute::Full;
-  const bool tied = program.model.tiedHead() && mapping.pp * mapping.chunks == 1;
+  const bool tied = headReadsWordEmbedding(program.model, mapping);
   const ZeroPolicy dense = zeroPolicy(program.parallel, mapping.gradientRanks());
   const ZeroPolicy experts = zeroPolicy(program.parallel, mapping.expertDp());
   std::vector<double> peaks(plan.chunks.size(), 0), modelPeaks(plan.chunks.size(), 0);
@@ -200,7 +200,7 @@ void expectGathersFollowThePolicy(const Program &program, const Mapping &mapping
     std::vector<ParamUnit> units = virtualStageUnits(program.model, mapping, v);
     std::vector<ParamUnit> expertList = expertUnits(program.model, mapping, v);
     ChunkGathers chunk = gathersAroundUse(
-        program.model, {dense, units, experts, expertList, mapping.ep == 1}, full, tied);
+        program.model, {dense, units, experts, expertList, mapping.ep == 1, tied}, full);
     const ZeroGathers &d = chunk.dense, &e = chunk.experts;
     bool backward = compute.op == plan::InstrKind::Backward;
     EXPECT_EQ(collectives, backward ? d.backward.collectives + e.backward.collectives

@@ -402,7 +402,7 @@ TEST(ZeroPolicy, ZeroThreeGathersABucketForEachRunOfReads) {
   // again for the head.
   const ModelSpec model; // read only for MoE blocks
   auto gathers = [&](const ZeroPolicy &p, bool fullRecompute) {
-    return gathersAroundUse(model, {p, units, p, {}, true}, fullRecompute, /*tiedHead=*/true);
+    return gathersAroundUse(model, {p, units, p, {}, true, /*tiedHead=*/true}, fullRecompute);
   };
   ChunkGathers chunk = gathers(policy, /*fullRecompute=*/false);
   ZeroGathers g = chunk.dense;
@@ -432,8 +432,8 @@ TEST(ZeroPolicy, ZeroThreeGathersABucketForEachRunOfReads) {
   // beside each other bucket (the largest, an MLP); untied, it is written once, at the end.
   parallel.bucketSize = 1;
   ZeroPolicy each = zeroPolicy(parallel, 4);
-  EXPECT_EQ(gradientPeak(model, {each, units, each, {}, true}, /*tiedHead=*/true), 100 + 80);
-  EXPECT_EQ(gradientPeak(model, {each, units, each, {}, true}, /*tiedHead=*/false), 100);
+  EXPECT_EQ(gradientPeak(model, {each, units, each, {}, true, /*tiedHead=*/true}), 100 + 80);
+  EXPECT_EQ(gradientPeak(model, {each, units, each, {}, true, /*tiedHead=*/false}), 100);
   // Without ZeRO 3 nothing is gathered around use.
   parallel.zero = 2;
   EXPECT_EQ(gathers(zeroPolicy(parallel, 4), true).dense.forward.collectives, 0);

@@ -106,6 +106,9 @@ ExpertRows expertRows(const MoESpec &moe, double tokens, int64_t ep);
 /// same buckets. A MoE block's MLP counts here without its experts, which expertUnits lists.
 std::vector<ParamUnit> virtualStageUnits(const ModelSpec &model, const Mapping &mapping,
                                          int64_t virtualStage);
+/// Whether the head reads the word embedding on the embedding's own chunk (a tied head on a
+/// pipeline of one virtual stage), so that ZeRO's walks see that unit at both ends.
+bool headReadsWordEmbedding(const ModelSpec &model, const Mapping &mapping);
 /// The experts of every MoE block of the virtual stage as one rank holds them (experts / ep
 /// whole experts, each split over tp), blocks from last to first: ZeRO buckets them apart,
 /// over the expert-data-parallel group.

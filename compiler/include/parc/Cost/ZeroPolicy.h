@@ -46,6 +46,11 @@ namespace parc {
 /// because they are sharded over the expert-data-parallel group.
 enum class ParamUnitKind { WordEmbedding, PositionEmbedding, Attention, MLP, FinalNorm, Head, Experts };
 
+/// Whether units of `kind` are one of a block's two sub-layers.
+inline bool isSubLayer(ParamUnitKind kind) {
+  return kind == ParamUnitKind::Attention || kind == ParamUnitKind::MLP;
+}
+
 /// One unit of a virtual stage, as one tensor-parallel rank holds it.
 struct ParamUnit {
   ParamUnitKind kind = ParamUnitKind::Attention;
@@ -111,32 +116,34 @@ struct ChunkGathers {
 
 /// One chunk's unit families, as MemoryModel lists them in backward order: the dense units
 /// under `policy`, the experts under `expertPolicy`. `oneGroup`: both are partitioned over the
-/// same group (ep = 1), so an experts' read ends a dense bucket's run and back.
+/// same group (ep = 1), so an experts' read ends a dense bucket's run and back. `tiedHead`: the
+/// word embedding is on this chunk and the head reads it (MemoryModel's headReadsWordEmbedding).
 struct ChunkUnits {
   const ZeroPolicy &policy;
   llvm::ArrayRef<ParamUnit> units;
   const ZeroPolicy &expertPolicy;
   llvm::ArrayRef<ParamUnit> expertUnits;
   bool oneGroup = true;
+  bool tiedHead = false;
 };
 
 /// ZeRO-3's gathers, from the order the passes read the units: the forward reads them from
 /// last to first, a MoE block's experts after its MLP's router and before its shared experts,
-/// and, when `tiedHead` (the word embedding is on this chunk and the head reads it), the word
-/// embedding again at the end; the backward reads the head (or the tied word embedding) and
+/// and, with a tied head, the word embedding again at the end; the backward reads the head (or
+/// the tied word embedding) and
 /// the final norm, then each block's units (with `fullRecompute` first again in forward order,
 /// for the recomputed forward; a MoE block's experts before its MLP), and not the embeddings.
 /// Each run of reads of one bucket is one gather, whole from its first read to its last. A
 /// unit test holds this to the lowering's instructions.
 ChunkGathers gathersAroundUse(const ModelSpec &model, const ChunkUnits &chunk,
-                              bool fullRecompute, bool tiedHead);
+                              bool fullRecompute);
 
 /// The most gradient elements zero 2 and 3 hold whole at once in a backward of one chunk,
 /// both families: a bucket's gradient is whole from its first write to its reduce-scatter
-/// after its last, and the backward writes the head's (or, `tiedHead`, the word
+/// after its last, and the backward writes the head's (or, with a tied head, the word
 /// embedding's), the final norm's, each block's experts', MLP's and attention's, the
 /// positions' and the word embedding's.
-double gradientPeak(const ModelSpec &model, const ChunkUnits &chunk, bool tiedHead);
+double gradientPeak(const ModelSpec &model, const ChunkUnits &chunk);
 
 } // namespace parc
 
