@@ -25,8 +25,8 @@ llvm::StringRef spelling(MemoryCategory category) {
 
 MemorySpace::~MemorySpace() = default;
 
-void *MemoryTracker::allocate(MemoryCategory category, size_t size) {
-  void *data = space ? space->allocate(category, size) : std::calloc(size, 1);
+void *MemoryTracker::allocate(MemoryCategory category, size_t size, Init init) {
+  void *data = space ? space->allocate(category, size, init) : std::calloc(size, 1);
   if (!data)
     throw std::runtime_error("out of host memory: " + std::to_string(size) + " bytes of " +
                              spelling(category).str());

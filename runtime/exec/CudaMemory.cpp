@@ -59,7 +59,9 @@ CudaMemorySpace::~CudaMemorySpace() {
     cudaMemPoolDestroy(pool);
 }
 
-void *CudaMemorySpace::allocate(MemoryCategory category, size_t bytes) {
+// Init::Overwritten is zero-filled too: that the CUDA kernels overwrite their outputs is
+// proved on the CPU twins only (PARC_POISON_OVERWRITTEN), and no GPU has run them yet.
+void *CudaMemorySpace::allocate(MemoryCategory category, size_t bytes, Init) {
   if (!failedRelease.empty()) {
     std::string error = "an earlier free of device memory failed: " + failedRelease;
     failedRelease.clear();

@@ -5,6 +5,7 @@
 #include "parc/Runtime/Kernels.h"
 
 #include <cstdlib>
+#include <cstring>
 
 namespace parc::runtime {
 
@@ -21,18 +22,27 @@ HostArena::~HostArena() {
         std::free(block);
 }
 
-void *HostArena::allocate(MemoryCategory category, size_t bytes) {
+HostArena::HostArena() : poisonOverwritten(std::getenv("PARC_POISON_OVERWRITTEN") != nullptr) {}
+
+void HostArena::initialise(void *block, size_t bytes, Init init) const {
+  if (init == Init::Zero)
+    cpu::zeroBytes(block, bytes);
+  else if (poisonOverwritten)
+    std::memset(block, 0xff, bytes); // a NaN in every float and double
+}
+
+void *HostArena::allocate(MemoryCategory category, size_t bytes, Init init) {
   std::vector<void *> &blocks = freeBlocks[static_cast<size_t>(category)][rounded(bytes)];
   if (!blocks.empty()) {
     void *block = blocks.back();
     blocks.pop_back();
-    cpu::zeroBytes(block, bytes);
+    initialise(block, bytes, init);
     return block;
   }
   void *block = std::aligned_alloc(alignment, rounded(bytes));
   if (!block)
     return nullptr;
-  cpu::zeroBytes(block, bytes);
+  initialise(block, bytes, init);
   ++fresh;
   reserved[static_cast<size_t>(category)] += int64_t(rounded(bytes));
   return block;

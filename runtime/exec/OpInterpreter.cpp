@@ -176,7 +176,8 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i,
       if (kernelAdds)
         return {grad, param->localShape};
     PendingGrad &pending = ctx.pending.emplace_back();
-    pending.scratch = Buffer<T>(memory, MemoryCategory::Grads, size_t(param->numel));
+    pending.scratch = Buffer<T>(memory, MemoryCategory::Grads, size_t(param->numel),
+                                kernelAdds ? Init::Zero : Init::Overwritten);
     pending.grad = grad;
     return {pending.scratch.data(), param->localShape};
   }
@@ -188,7 +189,8 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i,
   if (ctx.env.has(name))
     opError("output '" + name + "' is written a second time in this pass");
   Tensor<T> &tensor = ctx.env.values[name];
-  tensor = Tensor<T>(memory, MemoryCategory::Activations, type->second.shape);
+  tensor = Tensor<T>(memory, MemoryCategory::Activations, type->second.shape,
+                     kernelAdds ? Init::Zero : Init::Overwritten);
   return {tensor.data(), tensor.shape};
 }
 

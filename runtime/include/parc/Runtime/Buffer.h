@@ -22,12 +22,18 @@ enum class MemoryCategory { Weights, Grads, Optimizer, Activations };
 inline constexpr size_t NumMemoryCategories = 4;
 llvm::StringRef spelling(MemoryCategory category);
 
+/// What a new buffer holds. Zero unless its first writer writes every element before anything
+/// reads one (an op's output that its kernel overwrites): zero-filling those is a pass over
+/// memory that the kernel repeats.
+enum class Init { Zero, Overwritten };
+
 /// Where a rank's buffers live: host memory (the default) or a GPU, in one arena per
-/// category (CudaDevice.h). Memory it returns is zero-filled, as a new tensor must be.
+/// category (CudaDevice.h). Memory it returns for Init::Zero is zero-filled; for
+/// Init::Overwritten it may hold anything.
 class MemorySpace {
 public:
   virtual ~MemorySpace();
-  virtual void *allocate(MemoryCategory category, size_t bytes) = 0;
+  virtual void *allocate(MemoryCategory category, size_t bytes, Init init) = 0;
   virtual void release(MemoryCategory category, void *data, size_t bytes) = 0;
 };
 
@@ -38,8 +44,8 @@ public:
   /// `space` null: host memory.
   explicit MemoryTracker(MemorySpace *space = nullptr) : space(space) {}
 
-  /// Zero-filled; counted until released.
-  void *allocate(MemoryCategory category, size_t bytes);
+  /// Counted until released.
+  void *allocate(MemoryCategory category, size_t bytes, Init init = Init::Zero);
   void release(MemoryCategory category, void *data, size_t bytes);
 
   int64_t current(MemoryCategory category) const { return currentBytes[index(category)]; }
@@ -55,14 +61,15 @@ private:
   int64_t currentTotalBytes = 0, peakTotalBytes = 0;
 };
 
-/// An owning, zero-initialised array in the tracker's space whose bytes count against the
+/// An owning array (zero-initialised unless asked not to be) in the tracker's space whose bytes count against the
 /// tracker for its lifetime. On a GPU its elements are device memory: only kernels and the
 /// device's copies touch them.
 template <typename E> class Buffer {
 public:
   Buffer() = default;
-  Buffer(MemoryTracker &tracker, MemoryCategory category, size_t count)
-      : values(count ? static_cast<E *>(tracker.allocate(category, count * sizeof(E))) : nullptr),
+  Buffer(MemoryTracker &tracker, MemoryCategory category, size_t count, Init init = Init::Zero)
+      : values(count ? static_cast<E *>(tracker.allocate(category, count * sizeof(E), init))
+                     : nullptr),
         count(count), tracker(&tracker), category(category) {}
   ~Buffer() { reset(); }
   Buffer(Buffer &&other) noexcept { *this = std::move(other); }
@@ -109,8 +116,9 @@ template <typename E> struct Tensor {
   Buffer<E> buffer;
 
   Tensor() = default;
-  Tensor(MemoryTracker &tracker, MemoryCategory category, std::vector<int64_t> shape)
-      : shape(std::move(shape)), buffer(tracker, category, size_t(numel())) {}
+  Tensor(MemoryTracker &tracker, MemoryCategory category, std::vector<int64_t> shape,
+         Init init = Init::Zero)
+      : shape(std::move(shape)), buffer(tracker, category, size_t(numel()), init) {}
 
   int64_t numel() const {
     int64_t n = 1;

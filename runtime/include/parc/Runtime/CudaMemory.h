@@ -38,7 +38,7 @@ public:
 
   /// Zero-filled (by a memset queued on the stream). Throws cuda::CudaError naming the
   /// category, the bytes and the device's free and total memory when the device is full.
-  void *allocate(MemoryCategory category, size_t bytes) override;
+  void *allocate(MemoryCategory category, size_t bytes, Init init) override;
   /// Never throws (Buffer frees in destructors); a failure is thrown by the next allocate.
   void release(MemoryCategory category, void *data, size_t bytes) override;
 

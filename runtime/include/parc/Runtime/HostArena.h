@@ -6,7 +6,11 @@
 // touch, and which free returns to the system. The CPU device keeps them instead: a released
 // block waits on the free list of its category and size, and the next request of that size
 // takes it back. The first step sizes the arena; from the second on, a step neither maps nor
-// unmaps memory, and allocating is a list pop and the zero-fill the MemorySpace contract asks.
+// unmaps memory, and allocating is a list pop and, for Init::Zero, a zero-fill.
+//
+// Init::Overwritten blocks keep what their last user left. With PARC_POISON_OVERWRITTEN set in
+// the environment they are filled with NaNs instead, so that a kernel that reads an output
+// before writing all of it shows in its results (the test suite runs the equivalence sweep so).
 //
 // The memory report's `held` row still counts the bytes of live buffers; reservedBytes() is
 // what the arena holds besides, live or free.
@@ -25,12 +29,12 @@ namespace parc::runtime {
 
 class HostArena : public MemorySpace {
 public:
-  HostArena() = default;
+  HostArena();
   HostArena(const HostArena &) = delete;
   HostArena &operator=(const HostArena &) = delete;
   ~HostArena() override;
 
-  void *allocate(MemoryCategory category, size_t bytes) override;
+  void *allocate(MemoryCategory category, size_t bytes, Init init) override;
   void release(MemoryCategory category, void *data, size_t bytes) override;
 
   /// Bytes taken from the system for `category`, live or on its free lists.
@@ -41,6 +45,9 @@ public:
   int64_t systemAllocations() const { return fresh; }
 
 private:
+  void initialise(void *block, size_t bytes, Init init) const;
+
+  bool poisonOverwritten;
   std::array<std::unordered_map<size_t, std::vector<void *>>, NumMemoryCategories> freeBlocks;
   std::array<int64_t, NumMemoryCategories> reserved{};
   int64_t fresh = 0;
