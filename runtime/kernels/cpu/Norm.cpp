@@ -1,57 +1,186 @@
 //===- Norm.cpp - layernorm and rmsnorm over the last dim -----------------===//
 //
-// The plan's backward ops get x, not the forward's statistics, so the backward recomputes
-// mean and rstd per row (one extra pass over the row, cheaper than a saved buffer's traffic on
-// a CPU). Row statistics accumulate in double whatever T is. Rows run on the kernel threads;
-// the weight and bias gradients are sums over row blocks (Rows.h), the same bits for any
-// number of threads.
+// The plan's backward ops get x, not the forward's statistics, so the backward
+// recomputes mean and rstd per row (one extra pass over the row, cheaper than a
+// saved buffer's traffic on a CPU). Row statistics accumulate in double
+// whatever T is, in fixed lanes (rowSum). Rows run on the kernel threads; the
+// weight and bias gradients are sums over row blocks (Rows.h), the same bits
+// for any number of threads.
 //
 //===----------------------------------------------------------------------===//
 
 #include "parc/Runtime/Kernels.h"
 
 #include "Rows.h"
+#include "VecMath.h"
 
 #include <cmath>
 
 namespace parc::runtime::cpu {
 
 namespace {
+// A row's sums add into `lanes` partial sums that are then added in order: a
+// single running sum is a chain the compiler may not reorder, the lanes are
+// independent and vectorise, and they round alike in every clone (VecMath.h),
+// so the bits do not depend on the machine.
+constexpr int64_t lanes = 8;
+
+template <typename Term>
+[[gnu::always_inline]] inline double rowSum(int64_t dim, const Term &term) {
+  double part[lanes] = {};
+  int64_t i = 0;
+  for (; i + lanes <= dim; i += lanes) {
+#pragma omp simd
+    for (int64_t j = 0; j < lanes; ++j)
+      part[j] += term(i + j);
+  }
+  for (int64_t j = 0; i < dim; ++i, ++j)
+    part[j] += term(i);
+  double sum = 0;
+  for (double p : part)
+    sum += p;
+  return sum;
+}
+
 struct RowStats {
   double mean, rstd;
 };
 
 // mean and 1 / sqrt(biased variance + eps) of one row
-template <typename T> RowStats layerNormStats(const T *x, int64_t dim, double eps) {
-  double sum = 0;
-  for (int64_t i = 0; i < dim; ++i)
-    sum += x[i];
-  double mean = sum / dim, var = 0;
-  for (int64_t i = 0; i < dim; ++i)
-    var += (x[i] - mean) * (x[i] - mean);
+template <typename T>
+[[gnu::always_inline]] inline RowStats layerNormStats(const T *x, int64_t dim, double eps) {
+  double mean = rowSum(dim, [&](int64_t i) { return double(x[i]); }) / dim;
+  double var = rowSum(dim, [&](int64_t i) { return (x[i] - mean) * (x[i] - mean); });
   return {mean, 1.0 / std::sqrt(var / dim + eps)};
 }
 
 // 1 / sqrt(mean(x^2) + eps) of one row
-template <typename T> double rmsNormRrms(const T *x, int64_t dim, double eps) {
-  double sumSq = 0;
-  for (int64_t i = 0; i < dim; ++i)
-    sumSq += double(x[i]) * x[i];
+template <typename T>
+[[gnu::always_inline]] inline double rmsNormRrms(const T *x, int64_t dim, double eps) {
+  double sumSq = rowSum(dim, [&](int64_t i) { return double(x[i]) * x[i]; });
   return 1.0 / std::sqrt(sumSq / dim + eps);
 }
 
+// Rows [first, last) of each kernel, one function per kernel and type so that
+// the float ones get their AVX2 clones (clang clones no templates).
 template <typename T>
-void layerNormRow(T *y, const T *x, const T *weight, const T *bias, int64_t dim, double eps) {
-  RowStats stats = layerNormStats(x, dim, eps);
-  for (int64_t i = 0; i < dim; ++i)
-    y[i] = T((x[i] - stats.mean) * stats.rstd * weight[i] + bias[i]);
+[[gnu::always_inline]] inline void layerNormRows(T *y, const T *x, const T *weight, const T *bias,
+                                                 int64_t first, int64_t last, int64_t dim,
+                                                 double eps) {
+  for (int64_t r = first; r < last; ++r) {
+    const T *xr = x + r * dim;
+    T *yr = y + r * dim;
+    RowStats stats = layerNormStats(xr, dim, eps);
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i)
+      yr[i] = T((xr[i] - stats.mean) * stats.rstd * weight[i] + bias[i]);
+  }
 }
 
-template <typename T> void rmsNormRow(T *y, const T *x, const T *weight, int64_t dim, double eps) {
-  double rrms = rmsNormRrms(x, dim, eps);
-  for (int64_t i = 0; i < dim; ++i)
-    y[i] = T(x[i] * rrms * weight[i]);
+template <typename T>
+[[gnu::always_inline]] inline void
+residualLayerNormRows(T *sum, T *y, const T *a, const T *b, const T *weight, const T *bias,
+                      int64_t first, int64_t last, int64_t dim, double eps) {
+  for (int64_t r = first; r < last; ++r) {
+    T *sr = sum + r * dim;
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i)
+      sr[i] = a[r * dim + i] + b[r * dim + i];
+    layerNormRows(y + r * dim, sr, weight, bias, 0, 1, dim, eps);
+  }
 }
+
+template <typename T>
+[[gnu::always_inline]] inline void
+layerNormBackwardRows(T *dx, T *part, const T *x, const T *weight, const T *dy, int64_t first,
+                      int64_t last, int64_t dim, double eps) {
+  for (int64_t r = first; r < last; ++r) {
+    const T *xr = x + r * dim, *dyr = dy + r * dim;
+    RowStats stats = layerNormStats(xr, dim, eps);
+    auto xhat = [&](int64_t i) { return (xr[i] - stats.mean) * stats.rstd; };
+    auto g = [&](int64_t i) { return double(dyr[i]) * weight[i]; };
+    double gMean = rowSum(dim, g) / dim;
+    double gxhatMean = rowSum(dim, [&](int64_t i) { return g(i) * xhat(i); }) / dim;
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i) {
+      part[i] += T(dyr[i] * xhat(i));
+      part[dim + i] += dyr[i];
+      dx[r * dim + i] = T(stats.rstd * (g(i) - gMean - xhat(i) * gxhatMean));
+    }
+  }
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void rmsNormRows(T *y, const T *x, const T *weight, int64_t first,
+                                               int64_t last, int64_t dim, double eps) {
+  for (int64_t r = first; r < last; ++r) {
+    const T *xr = x + r * dim;
+    T *yr = y + r * dim;
+    double rrms = rmsNormRrms(xr, dim, eps);
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i)
+      yr[i] = T(xr[i] * rrms * weight[i]);
+  }
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void residualRmsNormRows(T *sum, T *y, const T *a, const T *b,
+                                                       const T *weight, int64_t first, int64_t last,
+                                                       int64_t dim, double eps) {
+  for (int64_t r = first; r < last; ++r) {
+    T *sr = sum + r * dim;
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i)
+      sr[i] = a[r * dim + i] + b[r * dim + i];
+    rmsNormRows(y + r * dim, sr, weight, 0, 1, dim, eps);
+  }
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void rmsNormBackwardRows(T *dx, T *part, const T *x, const T *weight,
+                                                       const T *dy, int64_t first, int64_t last,
+                                                       int64_t dim, double eps) {
+  for (int64_t r = first; r < last; ++r) {
+    const T *xr = x + r * dim, *dyr = dy + r * dim;
+    double rrms = rmsNormRrms(xr, dim, eps);
+    double gxhatMean =
+        rowSum(dim, [&](int64_t i) { return double(dyr[i]) * weight[i] * (xr[i] * rrms); }) / dim;
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i) {
+      part[i] += T(dyr[i] * (xr[i] * rrms));
+      dx[r * dim + i] = T(rrms * (double(dyr[i]) * weight[i] - xr[i] * rrms * gxhatMean));
+    }
+  }
+}
+
+// The same functions by overload, the float ones cloned.
+#define PARC_NORM_ROWS(ATTR, T)                                                                    \
+  ATTR void normRows(T *y, const T *x, const T *w, const T *b, int64_t f, int64_t l, int64_t d,    \
+                     double eps) {                                                                 \
+    layerNormRows(y, x, w, b, f, l, d, eps);                                                       \
+  }                                                                                                \
+  ATTR void normRows(T *s, T *y, const T *a, const T *b2, const T *w, const T *b, int64_t f,       \
+                     int64_t l, int64_t d, double eps) {                                           \
+    residualLayerNormRows(s, y, a, b2, w, b, f, l, d, eps);                                        \
+  }                                                                                                \
+  ATTR void normBackwardRows(T *dx, T *part, const T *x, const T *w, const T *dy, int64_t f,       \
+                             int64_t l, int64_t d, double eps) {                                   \
+    layerNormBackwardRows(dx, part, x, w, dy, f, l, d, eps);                                       \
+  }                                                                                                \
+  ATTR void rmsRows(T *y, const T *x, const T *w, int64_t f, int64_t l, int64_t d, double eps) {   \
+    rmsNormRows(y, x, w, f, l, d, eps);                                                            \
+  }                                                                                                \
+  ATTR void rmsRows(T *s, T *y, const T *a, const T *b, const T *w, int64_t f, int64_t l,          \
+                    int64_t d, double eps) {                                                       \
+    residualRmsNormRows(s, y, a, b, w, f, l, d, eps);                                              \
+  }                                                                                                \
+  ATTR void rmsBackwardRows(T *dx, T *part, const T *x, const T *w, const T *dy, int64_t f,        \
+                            int64_t l, int64_t d, double eps) {                                    \
+    rmsNormBackwardRows(dx, part, x, w, dy, f, l, d, eps);                                         \
+  }
+PARC_NORM_ROWS(PARC_VECTOR_CLONES, float)
+PARC_NORM_ROWS(, double)
+#undef PARC_NORM_ROWS
 } // namespace
 
 template <typename T>
@@ -59,50 +188,29 @@ void layerNormForward(T *y, const T *x, const T *weight, const T *bias, int64_t 
                       double eps) {
   // y = (x - mean) * rstd * weight + bias
   detail::forRows(rows, dim, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r)
-      layerNormRow(y + r * dim, x + r * dim, weight, bias, dim, eps);
+    normRows(y, x, weight, bias, first, last, dim, eps);
   });
 }
 
 template <typename T>
 void residualLayerNormForward(T *sum, T *y, const T *a, const T *b, const T *weight, const T *bias,
                               int64_t rows, int64_t dim, double eps) {
-  // sum = a + b; y = layernorm(sum), each row normalised while its sum is in cache
+  // sum = a + b; y = layernorm(sum), each row normalised while its sum is in
+  // cache
   detail::forRows(rows, dim, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-      T *sr = sum + r * dim;
-      for (int64_t i = 0; i < dim; ++i)
-        sr[i] = a[r * dim + i] + b[r * dim + i];
-      layerNormRow(y + r * dim, sr, weight, bias, dim, eps);
-    }
+    normRows(sum, y, a, b, weight, bias, first, last, dim, eps);
   });
 }
 
 template <typename T>
 void layerNormBackward(T *dx, T *dweight, T *dbias, const T *x, const T *weight, const T *dy,
                        int64_t rows, int64_t dim, double eps) {
-  // dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy weight; dweight += dy xhat; dbias += dy
-  auto rowsOfBlock = [&](int64_t first, int64_t last, T *part) {
-    for (int64_t r = first; r < last; ++r) {
-      const T *xr = x + r * dim, *dyr = dy + r * dim;
-      RowStats stats = layerNormStats(xr, dim, eps);
-      double gMean = 0, gxhatMean = 0;
-      for (int64_t i = 0; i < dim; ++i) {
-        double xhat = (xr[i] - stats.mean) * stats.rstd, g = double(dyr[i]) * weight[i];
-        gMean += g;
-        gxhatMean += g * xhat;
-        part[i] += T(dyr[i] * xhat);
-        part[dim + i] += dyr[i];
-      }
-      gMean /= dim;
-      gxhatMean /= dim;
-      for (int64_t i = 0; i < dim; ++i) {
-        double xhat = (xr[i] - stats.mean) * stats.rstd, g = double(dyr[i]) * weight[i];
-        dx[r * dim + i] = T(stats.rstd * (g - gMean - xhat * gxhatMean));
-      }
-    }
-  };
-  const T *sums = detail::sumOverRowBlocks<T>(rows, 2 * dim, rowsOfBlock);
+  // dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy weight; dweight += dy
+  // xhat; dbias += dy
+  const T *sums =
+      detail::sumOverRowBlocks<T>(rows, 2 * dim, [&](int64_t first, int64_t last, T *part) {
+        normBackwardRows(dx, part, x, weight, dy, first, last, dim, eps);
+      });
   for (int64_t i = 0; i < dim; ++i) {
     dweight[i] += sums[i];
     dbias[i] += sums[dim + i];
@@ -113,8 +221,7 @@ template <typename T>
 void rmsNormForward(T *y, const T *x, const T *weight, int64_t rows, int64_t dim, double eps) {
   // y = x * rrms * weight
   detail::forRows(rows, dim, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r)
-      rmsNormRow(y + r * dim, x + r * dim, weight, dim, eps);
+    rmsRows(y, x, weight, first, last, dim, eps);
   });
 }
 
@@ -123,12 +230,7 @@ void residualRmsNormForward(T *sum, T *y, const T *a, const T *b, const T *weigh
                             int64_t dim, double eps) {
   // sum = a + b; y = rmsnorm(sum)
   detail::forRows(rows, dim, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-      T *sr = sum + r * dim;
-      for (int64_t i = 0; i < dim; ++i)
-        sr[i] = a[r * dim + i] + b[r * dim + i];
-      rmsNormRow(y + r * dim, sr, weight, dim, eps);
-    }
+    rmsRows(sum, y, a, b, weight, first, last, dim, eps);
   });
 }
 
@@ -136,21 +238,9 @@ template <typename T>
 void rmsNormBackward(T *dx, T *dweight, const T *x, const T *weight, const T *dy, int64_t rows,
                      int64_t dim, double eps) {
   // dx = rrms (g - xhat mean(g xhat)), g = dy weight; dweight += dy xhat
-  auto rowsOfBlock = [&](int64_t first, int64_t last, T *part) {
-    for (int64_t r = first; r < last; ++r) {
-      const T *xr = x + r * dim, *dyr = dy + r * dim;
-      double rrms = rmsNormRrms(xr, dim, eps), gxhatMean = 0;
-      for (int64_t i = 0; i < dim; ++i) {
-        double xhat = xr[i] * rrms;
-        gxhatMean += double(dyr[i]) * weight[i] * xhat;
-        part[i] += T(dyr[i] * xhat);
-      }
-      gxhatMean /= dim;
-      for (int64_t i = 0; i < dim; ++i)
-        dx[r * dim + i] = T(rrms * (double(dyr[i]) * weight[i] - xr[i] * rrms * gxhatMean));
-    }
-  };
-  const T *sums = detail::sumOverRowBlocks<T>(rows, dim, rowsOfBlock);
+  const T *sums = detail::sumOverRowBlocks<T>(rows, dim, [&](int64_t first, int64_t last, T *part) {
+    rmsBackwardRows(dx, part, x, weight, dy, first, last, dim, eps);
+  });
   for (int64_t i = 0; i < dim; ++i)
     dweight[i] += sums[i];
 }
@@ -162,8 +252,8 @@ void rmsNormBackward(T *dx, T *dweight, const T *x, const T *weight, const T *dy
   template void rmsNormForward(T *, const T *, const T *, int64_t, int64_t, double);               \
   template void residualLayerNormForward(T *, T *, const T *, const T *, const T *, const T *,     \
                                          int64_t, int64_t, double);                                \
-  template void residualRmsNormForward(T *, T *, const T *, const T *, const T *, int64_t, int64_t, \
-                                       double);                                                    \
+  template void residualRmsNormForward(T *, T *, const T *, const T *, const T *, int64_t,         \
+                                       int64_t, double);                                           \
   template void rmsNormBackward(T *, T *, const T *, const T *, const T *, int64_t, int64_t,       \
                                 double);
 PARC_INSTANTIATE(float)
