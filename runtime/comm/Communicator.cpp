@@ -56,6 +56,7 @@ template <typename T>
 static void accumulateTyped(ReduceOp op, T *accumulator, const T *input, size_t count) {
   switch (op) {
   case ReduceOp::Sum:
+#pragma omp simd
     for (size_t k = 0; k < count; ++k)
       accumulator[k] += input[k];
     return;

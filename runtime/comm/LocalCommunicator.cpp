@@ -88,6 +88,7 @@ struct Slot {
   Signature signature;
   int64_t firstRank = -1;
   std::vector<std::vector<char>> inputs; // by position
+  std::vector<void *> buffers;             // all_reduce: each member's, reduced where they lie
   std::vector<std::string> strings;      // agree, by position
   std::vector<std::vector<size_t>> counts; // all_to_all: each member's send counts
   std::vector<bool> present;
@@ -259,6 +260,12 @@ private:
       if (state.blamed != myRank) {
         if (Clock::now() < until)
           continue;
+        // Every peer has arrived and one of them folds the collective (an all_reduce in this
+        // rank's own buffer): that is work, not a stall, and the fold ends or fails the job.
+        if (awaited().empty()) {
+          until = Clock::now() + kBlameGrace;
+          continue;
+        }
         int64_t root = state.stallRoot(myRank);
         if (root != myRank) {
           state.blamed = root;
@@ -284,8 +291,14 @@ private:
     std::string what = describe(spelling(signature.kind),
                                 signature.kind == CollectiveKind::Agree ? Group() : group.ranks);
     Clock::time_point deadline = deadlineAfter(timeoutSeconds());
+    // An all_reduce reads and writes its members' buffers in place: each member is blocked
+    // in this call until the fold is complete, so they stay valid. Any other collective's
+    // input is copied, as its caller may reuse it before the others have read it.
+    bool inPlace = signature.kind == CollectiveKind::AllReduce;
     const char *bytes = static_cast<const char *>(input);
-    std::vector<char> copy(bytes, bytes + inputBytes);
+    std::vector<char> copy;
+    if (!inPlace)
+      copy.assign(bytes, bytes + inputBytes);
     size_t members = group.ranks.size();
 
     Lock lock(state.mutex);
@@ -296,6 +309,7 @@ private:
       slot.signature = signature;
       slot.firstRank = myRank;
       slot.inputs.resize(members);
+      slot.buffers.resize(members);
       slot.strings.resize(members);
       slot.counts.resize(members);
       slot.present.assign(members, false);
@@ -306,6 +320,7 @@ private:
                  std::to_string(key.second) + " of this group)");
     }
     slot.inputs[group.position] = std::move(copy);
+    slot.buffers[group.position] = inPlace ? const_cast<void *>(input) : nullptr;
     slot.strings[group.position] = text.str();
     slot.counts[group.position].assign(counts.begin(), counts.end());
     slot.present[group.position] = true;
@@ -330,7 +345,13 @@ private:
     // Every member has arrived and none touches the slot until it is complete, so the fold
     // can run without the lock; std::map keeps the slot in place while others insert.
     lock.unlock();
-    fold(slot, members);
+    try {
+      fold(slot, members);
+    } catch (const CommError &error) {
+      // The others wait for this fold (their waits do not time out on it): fail the job.
+      lock.lock();
+      failLocked(error.what());
+    }
     lock.lock();
     slot.complete = true;
     for (int64_t member : group.ranks)
@@ -348,15 +369,22 @@ private:
   static void fold(Slot &slot, size_t members) {
     const Signature &signature = slot.signature;
     switch (signature.kind) {
-    case CollectiveKind::AllReduce:
-    case CollectiveKind::ReduceScatter: {
-      size_t count =
-          signature.kind == CollectiveKind::AllReduce ? signature.count : signature.count * members;
-      slot.result = slot.inputs[0];
+    case CollectiveKind::AllReduce: {
+      // Added in member order into the first buffer, which the others then copy: the same
+      // bits on every member.
+      void *first = slot.buffers[0];
       for (size_t i = 1; i < members; ++i)
-        accumulate(signature.op, signature.type, slot.result.data(), slot.inputs[i].data(), count);
+        accumulate(signature.op, signature.type, first, slot.buffers[i], signature.count);
+      for (size_t i = 1; i < members; ++i)
+        std::memcpy(slot.buffers[i], first, signature.count * sizeOf(signature.type));
       return;
     }
+    case CollectiveKind::ReduceScatter:
+      slot.result = slot.inputs[0];
+      for (size_t i = 1; i < members; ++i)
+        accumulate(signature.op, signature.type, slot.result.data(), slot.inputs[i].data(),
+                   signature.count * members);
+      return;
     case CollectiveKind::AllGather:
       for (const std::vector<char> &input : slot.inputs)
         slot.result.insert(slot.result.end(), input.begin(), input.end());
@@ -372,9 +400,7 @@ private:
                      size_t count) override {
     size_t bytes = count * sizeOf(type);
     std::pair<std::vector<int64_t>, uint64_t> key;
-    Slot &slot = meet(group, {CollectiveKind::AllReduce, op, type, count}, data, bytes, "", key);
-    if (bytes)
-      std::memcpy(data, slot.result.data(), bytes);
+    meet(group, {CollectiveKind::AllReduce, op, type, count}, data, bytes, "", key);
     depart(key, group.ranks.size());
   }
 

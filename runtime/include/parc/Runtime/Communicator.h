@@ -50,7 +50,8 @@ enum class ReduceOp { Sum, Max };
 llvm::StringRef spelling(ReduceOp op);
 
 /// `accumulator[k] = accumulator[k] op input[k]` for every k: the one step of the fold that every
-/// implementation uses, so all of them round alike. Max propagates NaN.
+/// implementation uses, so all of them round alike. Max propagates NaN. The two must not
+/// overlap (the sum is vectorised).
 void accumulate(ReduceOp op, ElementType type, void *accumulator, const void *input, size_t count);
 
 /// "[1, 3]"
