@@ -1,7 +1,9 @@
 //===- Linear.cpp - matmul, bias_add and residual_add ---------------------===//
 //
 // Every GEMM is one cblas call; the backward of matmul reuses the forward operands in place by
-// choosing the transposes instead of materialising op(a) or op(b).
+// choosing the transposes instead of materialising op(a) or op(b). The elementwise loops are
+// `#pragma omp simd`: y may be x itself (an input that dies here), element for element, which
+// a vector loop allows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,9 +50,11 @@ template <typename T>
 void biasAddForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim) {
   // y[r,:] = x[r,:] + bias
   detail::forRows(rows, dim, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r)
+    for (int64_t r = first; r < last; ++r) {
+#pragma omp simd
       for (int64_t i = 0; i < dim; ++i)
         y[r * dim + i] = x[r * dim + i] + bias[i];
+    }
   });
 }
 
@@ -60,9 +64,11 @@ void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim) {
   const T *sums = detail::sumOverRowBlocks<T>(rows, dim, [&](int64_t first, int64_t last, T *part) {
     if (dx != dy)
       std::copy(dy + first * dim, dy + last * dim, dx + first * dim);
-    for (int64_t r = first; r < last; ++r)
+    for (int64_t r = first; r < last; ++r) {
+#pragma omp simd
       for (int64_t i = 0; i < dim; ++i)
         part[i] += dy[r * dim + i];
+    }
   });
   for (int64_t i = 0; i < dim; ++i)
     dbias[i] += sums[i];
@@ -71,6 +77,7 @@ void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim) {
 template <typename T> void residualAddForward(T *y, const T *a, const T *b, int64_t n) {
   // y = a + b
   detail::forElements(n, [&](int64_t begin, int64_t end) {
+#pragma omp simd
     for (int64_t i = begin; i < end; ++i)
       y[i] = a[i] + b[i];
   });

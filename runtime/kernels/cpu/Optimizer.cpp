@@ -10,29 +10,56 @@
 #include "parc/Runtime/Kernels.h"
 
 #include "Rows.h"
+#include "VecMath.h"
 
 #include <cmath>
 #include <vector>
 
 namespace parc::runtime::cpu {
 
+namespace {
+// AdamW's per-step constants, in double.
+struct AdamWTerms {
+  double correction1, correction2, decay, beta1, beta2, lr, eps;
+};
+
+template <typename T>
+[[gnu::always_inline]] inline void adamwElements(T *param, const T *grad, T *m, T *v,
+                                                 int64_t begin, int64_t end, const AdamWTerms &c) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    double p = param[i] * c.decay, g = grad[i];
+    double mi = c.beta1 * m[i] + (1.0 - c.beta1) * g;
+    double vi = c.beta2 * v[i] + (1.0 - c.beta2) * g * g;
+    m[i] = T(mi);
+    v[i] = T(vi);
+    param[i] = T(p - c.lr * (mi / c.correction1) / (std::sqrt(vi / c.correction2) + c.eps));
+  }
+}
+
+// By overload, the float one with its AVX2 clone (VecMath.h; clang clones no templates).
+PARC_VECTOR_CLONES void adamwRange(float *param, const float *grad, float *m, float *v,
+                                   int64_t begin, int64_t end, const AdamWTerms &terms) {
+  adamwElements(param, grad, m, v, begin, end, terms);
+}
+void adamwRange(double *param, const double *grad, double *m, double *v, int64_t begin,
+                int64_t end, const AdamWTerms &terms) {
+  adamwElements(param, grad, m, v, begin, end, terms);
+}
+} // namespace
+
 template <typename T>
 void adamwStep(T *param, const T *grad, T *m, T *v, int64_t n, const AdamWConfig &config) {
   // p -= lr wd p; m, v moving moments; p -= lr mhat / (sqrt(vhat) + eps)
-  double correction1 = 1.0 - std::pow(config.beta1, double(config.step));
-  double correction2 = 1.0 - std::pow(config.beta2, double(config.step));
-  double decay = 1.0 - config.lr * config.weightDecay, beta1 = config.beta1, beta2 = config.beta2;
-  double lr = config.lr, eps = config.eps;
+  AdamWTerms terms{1.0 - std::pow(config.beta1, double(config.step)),
+                   1.0 - std::pow(config.beta2, double(config.step)),
+                   1.0 - config.lr * config.weightDecay,
+                   config.beta1,
+                   config.beta2,
+                   config.lr,
+                   config.eps};
   detail::forElements(n, [&](int64_t begin, int64_t end) {
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i) {
-      double p = param[i] * decay, g = grad[i];
-      double mi = beta1 * m[i] + (1.0 - beta1) * g;
-      double vi = beta2 * v[i] + (1.0 - beta2) * g * g;
-      m[i] = T(mi);
-      v[i] = T(vi);
-      param[i] = T(p - lr * (mi / correction1) / (std::sqrt(vi / correction2) + eps));
-    }
+    adamwRange(param, grad, m, v, begin, end, terms);
   });
 }
 
