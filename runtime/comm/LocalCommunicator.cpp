@@ -93,7 +93,7 @@ struct Slot {
   std::vector<std::vector<size_t>> counts; // all_to_all: each member's send counts
   std::vector<bool> present;
   size_t arrivals = 0, departures = 0;
-  bool complete = false;
+  bool folding = false, complete = false;
   std::vector<char> result;
 };
 
@@ -325,6 +325,12 @@ private:
     slot.counts[group.position].assign(counts.begin(), counts.end());
     slot.present[group.position] = true;
     if (++slot.arrivals < members) {
+      // A member that leaves on the job's failure while the fold still runs in its buffer
+      // (an all_reduce) waits for the fold first, so that the buffer outlives it.
+      auto untilFolded = llvm::make_scope_exit([&] {
+        if (std::uncaught_exceptions() > 0)
+          state.wake[size_t(myRank)].wait(lock, [&] { return !slot.folding; });
+      });
       wait(
           lock, deadline, what, [&] { return slot.complete; },
           [&] {
@@ -344,18 +350,18 @@ private:
     }
     // Every member has arrived and none touches the slot until it is complete, so the fold
     // can run without the lock; std::map keeps the slot in place while others insert.
+    slot.folding = true;
     lock.unlock();
-    try {
-      fold(slot, members);
-    } catch (const CommError &error) {
-      // The others wait for this fold (their waits do not time out on it): fail the job.
-      lock.lock();
-      failLocked(error.what());
-    }
+    auto endFold = llvm::make_scope_exit([&] {
+      if (!lock.owns_lock())
+        lock.lock();
+      slot.folding = false;
+      for (int64_t member : group.ranks)
+        state.wakeRank(member);
+    });
+    fold(slot, members); // if it throws, LocalWorld::run fails the job, which frees the others
     lock.lock();
     slot.complete = true;
-    for (int64_t member : group.ranks)
-      state.wakeRank(member);
     return slot;
   }
 

@@ -441,6 +441,21 @@ TEST(LocalComm, CallerOutsideTheGroupFails) {
                        "members may call a group's collectives");
 }
 
+// An all_reduce is folded by its last member in the others' buffers while they wait, and their
+// waits do not time out on a fold: a fold that throws must still free them at once.
+TEST(LocalComm, AFoldThatFailsFailsEveryMember) {
+  LocalWorld local(3, {30});
+  Clock::time_point start = Clock::now();
+  std::vector<std::string> errors = local.run([&](Communicator &comm) {
+    std::vector<uint16_t> halves(4, 0x3f80); // bf16 ones, which the host cannot add
+    comm.allReduce({0, 1, 2}, ReduceOp::Sum, ElementType::BF16, halves.data(), halves.size());
+  });
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5);
+  for (const std::string &error : errors)
+    EXPECT_NE(error.find("a host communicator cannot reduce bf16 buffers"), std::string::npos)
+        << error;
+}
+
 TEST(LocalComm, MaxPropagatesNaN) {
   double accumulator[3] = {1, NAN, 5};
   double input[3] = {NAN, 2, 4};

@@ -1,0 +1,52 @@
+//===- HostArenaTest.cpp - What a block of the host arena holds when it is handed out ---===//
+
+#include "parc/Runtime/HostArena.h"
+
+#include "gtest/gtest.h"
+
+#include <cmath>
+#include <cstdlib>
+
+using namespace parc::runtime;
+
+namespace {
+
+// A block handed back and asked for again, as the next step's op asks for its output.
+float *reused(HostArena &arena, Init init) {
+  constexpr size_t bytes = 64 * sizeof(float);
+  auto *first =
+      static_cast<float *>(arena.allocate(MemoryCategory::Activations, bytes, Init::Zero));
+  for (int i = 0; i < 64; ++i)
+    first[i] = 7.0f;
+  arena.release(MemoryCategory::Activations, first, bytes);
+  auto *again = static_cast<float *>(arena.allocate(MemoryCategory::Activations, bytes, init));
+  EXPECT_EQ(again, first) << "the arena did not reuse the block";
+  return again;
+}
+
+TEST(HostArena, ZeroBlocksAreZeroedWhenReused) {
+  HostArena arena;
+  float *block = reused(arena, Init::Zero);
+  for (int i = 0; i < 64; ++i)
+    EXPECT_EQ(block[i], 0.0f) << i;
+  arena.release(MemoryCategory::Activations, block, 64 * sizeof(float));
+}
+
+TEST(HostArena, OverwrittenBlocksKeepTheLastValuesOrArePoisoned) {
+  unsetenv("PARC_POISON_OVERWRITTEN");
+  {
+    HostArena arena;
+    float *block = reused(arena, Init::Overwritten);
+    EXPECT_EQ(block[0], 7.0f); // no pass over the block
+    arena.release(MemoryCategory::Activations, block, 64 * sizeof(float));
+  }
+  setenv("PARC_POISON_OVERWRITTEN", "1", 1);
+  HostArena poisoned;
+  unsetenv("PARC_POISON_OVERWRITTEN");
+  float *block = reused(poisoned, Init::Overwritten);
+  for (int i = 0; i < 64; ++i)
+    EXPECT_TRUE(std::isnan(block[i])) << i;
+  poisoned.release(MemoryCategory::Activations, block, 64 * sizeof(float));
+}
+
+} // namespace
