@@ -388,7 +388,8 @@ void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch, size_t instr
     // Each microbatch's loss is a mean over its tokens; 1/M makes the step's gradient that of
     // the mean over all of this replica's tokens.
     Tensor<T> &seed = env.values["loss.grad"];
-    seed = Tensor<T>(memory, MemoryCategory::Activations, declaredShape(chunk, "loss.grad"));
+    seed = Tensor<T>(memory, MemoryCategory::Activations, declaredShape(chunk, "loss.grad"),
+                     Init::Overwritten);
     dev.fill(seed.data(), seed.numel(), 1.0 / double(plan.parallel.microbatches));
   }
   std::string outputGrad = chunk.output.empty() ? "" : plan::gradName(chunk.output);
@@ -433,7 +434,9 @@ template <typename D> void ScheduleRunner<D>::runTransfers(llvm::ArrayRef<plan::
       if (env.has(name))
         scheduleError(describeInstr(instr) + ": '" + name + "' was already received");
       Tensor<T> &tensor = env.values[name];
-      tensor = Tensor<T>(memory, MemoryCategory::Activations, declaredShape(chunk, name));
+      // The receive writes every element (its count is checked against the send's).
+      tensor = Tensor<T>(memory, MemoryCategory::Activations, declaredShape(chunk, name),
+                         Init::Overwritten);
       transfers.push_back(Transfer::recv(instr.peer,
                                          transferTag(boundary, instr.microbatch, gradient),
                                          tensor.data(), size_t(tensor.numel())));

@@ -111,11 +111,16 @@ void flashForwardSlice(T *y, T *rowLse, const T *q, const T *k, const T *v, Head
           std::fill_n(row, cols, T(0));
           continue;
         }
-        double newMax = std::max(rowMax[r], double(*std::max_element(row, row + valid)));
+        T tileMax = row[0];
+#pragma omp simd reduction(max : tileMax)
+        for (int64_t u = 1; u < valid; ++u)
+          tileMax = std::max(tileMax, row[u]);
+        double newMax = std::max(rowMax[r], double(tileMax));
         double rescale = std::exp(rowMax[r] - newMax);
         rowSum[r] = rowSum[r] * rescale + expRow(row, newMax, valid, cols);
         rowMax[r] = newMax;
         T factor = T(rescale);
+#pragma omp simd
         for (int64_t j = 0; j < headDim; ++j)
           acc[r * headDim + j] *= factor;
       }
@@ -124,6 +129,7 @@ void flashForwardSlice(T *y, T *rowLse, const T *q, const T *k, const T *v, Head
     }
     for (int64_t r = 0; r < tile.rows; ++r) {
       T *out = y + s.qOffset + (q0 + r) * s.qStride;
+#pragma omp simd
       for (int64_t j = 0; j < headDim; ++j)
         out[j] = T(acc[r * headDim + j] / rowSum[r]);
       rowLse[q0 + r] = T(rowMax[r] + std::log(rowSum[r]));
