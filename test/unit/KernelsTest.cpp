@@ -353,11 +353,13 @@ TEST(KernelsTest, FlashAttentionWithoutMaskGradients) { checkAttention(4, 1, fal
 
 // Over several tiles (seq 150 = 64 + 64 + 22), flash attention computes what standard attention
 // computes, to rounding: the outputs and all three gradients.
+// seq 150: three query tiles against one key block; 600: ten query tiles against three key
+// blocks, whose running max and sum rescale the partial outputs.
 TEST(KernelsTest, FlashAttentionEqualsStandardToRounding) {
-  for (bool causal : {true, false}) {
-    SCOPED_TRACE(testing::Message() << "causal " << causal);
+  for (auto [seq, causal] : {std::pair{150, true}, {150, false}, {600, true}, {600, false}}) {
+    SCOPED_TRACE(testing::Message() << "seq " << seq << ", causal " << causal);
     std::mt19937_64 rng(21 + causal);
-    AttentionRun standard{150, 2, 4, 2, 8, causal, false}, flash = standard;
+    AttentionRun standard{seq, 2, 4, 2, 8, causal, false}, flash = standard;
     flash.flash = true;
     int64_t n = standard.seq * standard.batch * standard.heads * standard.headDim;
     Vec q = randomVec(n, rng), k = randomVec(n / 2, rng), v = randomVec(n / 2, rng);
