@@ -213,9 +213,9 @@ private:
 };
 
 /// Every rank a thread of one process. Collectives meet in slots keyed by group and sequence
-/// number; sends are copied into per-(source, destination, tag) mailboxes and never wait.
-/// Costs a copy of every buffer and one lock shared by all ranks: meant for tests and small
-/// models, where it is exact rather than fast.
+/// number; sends are copied into per-(source, destination, tag) mailboxes and never wait. An
+/// all_reduce is summed in its members' own buffers; every other call costs a copy of its
+/// buffer, and all share one lock: meant for tests and small models on one machine.
 class LocalWorld {
 public:
   LocalWorld(int64_t world, CommOptions options = {});
