@@ -1,14 +1,14 @@
 //===- Rules.cpp - The feasibility rules of a parallel mapping ------------===//
 //
 // Every rule that makes a tp x pp x dp mapping impossible (or pointless) for a model on a
-// cluster. All of them run on every input, so one run reports every violation; the mapping is
+// cluster (those of context and expert parallelism and of placement in AxisRules.cpp). All
+// of them run on every input, so one run reports every violation; the mapping is
 // only returned when none failed. Each error sits on the field to change and says how, with a
 // note on the field it conflicts with.
 //
 //===----------------------------------------------------------------------===//
-#include "parc/Check/Feasibility.h"
-#include "parc/Check/Mapping.h"
-#include "parc/Cost/CommModel.h"
+#include "MappingChecker.h"
+
 #include "parc/Cost/ZeroPolicy.h"
 #include "parc/Support/CheckedInt.h"
 #include "parc/Support/Limits.h"
@@ -18,11 +18,7 @@
 
 #include <algorithm>
 
-namespace parc {
-
-namespace {
-
-std::string str(int64_t v) { return std::to_string(v); }
+namespace parc::rules {
 
 std::string percent(double fraction) {
   std::string out;
@@ -30,8 +26,7 @@ std::string percent(double fraction) {
   return out;
 }
 
-/// "1, 2, 4 or 8": the divisors of `n` up to `limit`, for "use tp = ..." hints. Divisors come
-/// in pairs d, n / d with d <= sqrt(n), so finding them takes O(sqrt n) steps.
+// Divisors come in pairs d, n / d with d <= sqrt(n), so finding them takes O(sqrt n) steps.
 std::string divisorsUpTo(int64_t n, int64_t limit) {
   std::vector<int64_t> found;
   for (int64_t d = 1; d <= n / d; ++d) {
@@ -48,6 +43,7 @@ std::string divisorsUpTo(int64_t n, int64_t limit) {
   return out;
 }
 
+namespace {
 /// "96 or 104": the multiples of `step` around `value` (only the upper one when value < step).
 std::string nearestMultiples(int64_t value, int64_t step) {
   int64_t below = value / step * step;
@@ -55,63 +51,7 @@ std::string nearestMultiples(int64_t value, int64_t step) {
   std::string up = above ? str(*above) : "a larger multiple";
   return below > 0 ? str(below) + " or " + up : up;
 }
-
-class MappingChecker {
-public:
-  MappingChecker(const Program &program, DiagnosticEngine &diags)
-      : program(program), model(program.model), cluster(program.cluster), par(program.parallel),
-        diags(diags) {}
-
-  std::optional<Mapping> run();
-
-private:
-  llvm::SMRange at(llvm::StringRef field) const {
-    llvm::SMRange fallback = field.startswith("model.")     ? model.nameRange
-                             : field.startswith("cluster.") ? cluster.nameRange
-                                                            : par.headerRange;
-    return program.rangeOf(field, fallback);
-  }
-  bool written(llvm::StringRef field) const { return program.fieldRanges.count(field); }
-  void error(llvm::StringRef field, const llvm::Twine &message) {
-    diags.error(at(field), message);
-    failed = true;
-  }
-  /// Points at `field` where it was written; a defaulted one is named as such on its block.
-  void noteField(llvm::StringRef field, int64_t value) {
-    llvm::StringRef name = field.substr(field.find('.') + 1);
-    if (written(field))
-      diags.note(at(field), "'" + name + "' is " + str(value) + " here");
-    else
-      diags.note(at(field), "'" + name + "' defaults to " + str(value));
-  }
-
-  void checkWorld();
-  void checkModelShape();
-  void checkTensorSplit(const LayerGroup *layer);
-  void checkVocab();
-  void checkStages();
-  void checkBatch();
-  void checkPlanSize();
-  void checkSchedule();
-  void checkFlags();
-  void checkContext();
-  void checkExperts();
-  void checkExpertLayer(const LayerGroup &layer);
-  void checkExpertGrid();
-  void warnTensorAcrossNodes();
-  void warnContextAcrossNodes();
-  void warnBubble();
-  const LayerGroup &firstTransformer() const;
-
-  const Program &program;
-  const ModelSpec &model;
-  const ClusterSpec &cluster;
-  const ParallelSpec &par;
-  DiagnosticEngine &diags;
-  bool failed = false;
-  Mapping mapping;
-  bool dpKnown = false, batchKnown = false;
-};
+} // namespace
 
 const LayerGroup &MappingChecker::firstTransformer() const {
   for (const LayerGroup &g : model.layers)
@@ -436,181 +376,6 @@ void MappingChecker::checkFlags() {
   }
 }
 
-/// Ring attention needs the sequence in 2 x cp equal chunks, and Megatron-Core's layout an
-/// order that places cp.
-void MappingChecker::checkContext() {
-  if (par.cp == 1)
-    return;
-  if (!contextParallelSplits(model, par.cp)) {
-    error("parallel.cp", "cp = " + str(par.cp) + " cuts the sequence into 2 x cp = " +
-                             str(2 * par.cp) + " chunks (rank r holds chunks r and 2cp-1-r, which "
-                             "balances the causal mask), but seq = " + str(model.seq) +
-                             " is not a multiple of " + str(2 * par.cp) + "; use cp = " +
-                             divisorsUpTo(model.seq / 2, std::max<int64_t>(par.cp, 8)));
-    noteField("model.seq", model.seq);
-  }
-  if (!par.order.names(Axis::CP))
-    error("parallel.order",
-          "the order leaves out cp, but cp = " + str(par.cp) + ": name every axis larger than 1, "
-          "as Megatron-Core's RankGenerator requires (for example order = tp-cp-dp-pp)");
-}
-
-/// Every ring step sends a rank's keys and values to the next rank of its cp group while the
-/// attention of the block it holds runs; across nodes the send may take longer than even a
-/// perfectly efficient attention step, and then the ring stalls the layer.
-void MappingChecker::warnContextAcrossNodes() {
-  if (par.cp == 1 || !mapping.layout.anyGroupCrossesNodes(Axis::CP) || !cluster.hasInterNode)
-    return;
-  const LayerGroup &block = firstTransformer();
-  double tp = double(par.tp), d = double(model.hidden / block.heads);
-  double heads = double(block.heads) / tp;
-  double kvHeads = std::max(1.0, double(block.kvHeads) / tp);
-  double local = double(model.seq) / double(par.cp), b = double(par.microBatch);
-  double bytes = 2 * local * b * kvHeads * d * double(bytesPerElement(model.dtype));
-  // A ring step covers half of the local queries against the received keys: local^2 / 2
-  // query-key pairs, 4 d FLOPs each (QK^T and PV).
-  double stepFlops = 4 * d * b * heads * local * local / 2;
-  double compute = cluster.gpuFlops > 0 ? stepFlops / cluster.gpuFlops : 0;
-  CommModel comm(cluster);
-  double inter = comm.send(bytes, true), intra = comm.send(bytes, false);
-  if (inter <= compute)
-    return;
-  diags.warning(at(written("parallel.order") ? "parallel.order" : "parallel.cp"),
-                "context-parallel groups span nodes: each ring step sends " + formatBytes(bytes) +
-                    " of keys and values over the inter-node link in about " +
-                    formatQuantity(inter, Dimension::time()) + " (" +
-                    formatQuantity(intra, Dimension::time()) +
-                    " inside a node), longer than the " +
-                    formatQuantity(compute, Dimension::time()) +
-                    " of attention it overlaps even at the GPU's peak; keep cp groups inside a "
-                    "node (cp x tp dividing gpus_per_node = " +
-                    str(cluster.gpusPerNode) +
-                    ", cp next to tp in 'order') or lower cp: a step's attention grows with "
-                    "(seq / cp)^2, its keys and values only with seq / cp");
-  noteField("cluster.gpus_per_node", cluster.gpusPerNode);
-}
-
-/// Expert parallelism splits every MoE block's experts over ep ranks carved from the dp x cp
-/// ranks, each expert split over tp like a dense MLP (Megatron-Core's expert rank generator,
-/// megatron/core/parallel_state.py: expert tp = tp, expert dp = world / (tp x ep x pp)).
-void MappingChecker::checkExperts() {
-  mapping.ep = par.ep;
-  for (const LayerGroup &g : model.layers)
-    if (g.kind == LayerGroup::Transformer && g.moe.enabled())
-      checkExpertLayer(g);
-  if (par.ep == 1)
-    return;
-  if (!model.hasExperts()) {
-    error("parallel.ep", "ep = " + str(par.ep) + " splits experts over ranks, but model '" +
-                             model.name + "' has no mixture-of-experts block; set ep = 1 or "
-                             "give a transformer layer experts");
-    return;
-  }
-  int64_t carved = mapping.dp * par.cp;
-  if (dpKnown && carved % par.ep != 0) {
-    error("parallel.ep", "ep = " + str(par.ep) + " does not divide dp x cp = " + str(carved) +
-                             ": expert-parallel groups are carved from the data- and "
-                             "context-parallel ranks; use ep = " +
-                             divisorsUpTo(carved, carved));
-    noteField("parallel.dp", mapping.dp);
-  }
-}
-
-void MappingChecker::checkExpertLayer(const LayerGroup &g) {
-  const MoESpec &moe = g.moe;
-  auto layerError = [&](const std::string &message) {
-    diags.error(g.range, "layer '" + g.name + "' " + message);
-    failed = true;
-  };
-  const unsigned failures = expertSplitFailures(moe, par.ep, par.tp);
-  if (failures & RoutesTooMany)
-    layerError("routes each token to top_k = " + str(moe.topK) + " of its " + str(moe.experts) +
-               " experts; use top_k <= experts");
-  if (failures & SplitsExperts) {
-    layerError("has " + str(moe.experts) + " experts, which ep = " + str(par.ep) +
-               " does not split: every expert-parallel rank holds the same number of whole "
-               "experts; use ep = " +
-               divisorsUpTo(moe.experts, moe.experts));
-    noteField("parallel.ep", par.ep);
-  }
-  if (failures & SplitsExpertFfn)
-    layerError("has moe_ffn = " + str(moe.ffn) + ", which tp = " + str(par.tp) +
-               " does not split: each expert's columns split evenly over tensor-parallel "
-               "ranks; use tp = " +
-               divisorsUpTo(moe.ffn, std::max(par.tp, cluster.gpusPerNode)));
-  else if (failures & SplitsSharedFfn)
-    layerError("has shared experts of " + str(moe.sharedFfn()) + " columns, which tp = " +
-               str(par.tp) + " does not split evenly");
-}
-
-/// Megatron-Core asserts that its expert grid (same order, cp = 1, ep x expert dp = dp x cp)
-/// keeps the pipeline groups; parc also keeps the tensor groups, which split each expert.
-/// Whatever ep, the expert grid folds cp into the expert dp, so a model with experts needs it.
-void MappingChecker::checkExpertGrid() {
-  if (!model.hasExperts() || mapping.layout.expertGridAligned())
-    return;
-  error("parallel.order", "order " + mapping.layout.orderText() +
-                              " puts tp or pp between cp and dp, so expert-parallel groups "
-                              "carved from dp x cp would change the tensor or pipeline groups; "
-                              "keep cp and dp adjacent (for example order = tp-cp-ep-dp-pp)");
-  noteField("parallel.cp", par.cp);
-}
-
-/// Megatron's tensor parallelism all-reduces each layer's activations twice in the forward
-/// (after attention and after the MLP) and twice in the backward; sequence parallelism turns
-/// each into an all-gather and a reduce-scatter of the same ring cost.
-void MappingChecker::warnTensorAcrossNodes() {
-  if (!mapping.layout.anyGroupCrossesNodes(Axis::TP))
-    return;
-  double bytes = double(par.microBatch) * double(model.seq / par.cp) * double(model.hidden) *
-                 double(bytesPerElement(model.dtype));
-  CommModel comm(cluster);
-  GroupGeometry spanning = geometryOf(mapping.layout, Axis::TP), inside;
-  inside.ranks = inside.ranksPerNode = par.tp;
-  double inter = 4 * comm.allReduce(bytes, spanning);
-  double intra = 4 * comm.allReduce(bytes, inside);
-  bool tooWide = par.tp > cluster.gpusPerNode;
-  diags.warning(
-      at(tooWide || !written("parallel.order") ? "parallel.tp" : "parallel.order"),
-      "tensor-parallel groups span nodes: one layer's 4 all-reduces of " + formatBytes(bytes) +
-          " would take about " + formatQuantity(inter, Dimension::time()) +
-          " over the inter-node link instead of " + formatQuantity(intra, Dimension::time()) +
-          " inside a node; use a tp that divides gpus_per_node = " + str(cluster.gpusPerNode) +
-          " and put tp first in 'order'");
-  noteField("cluster.gpus_per_node", cluster.gpusPerNode);
-}
-
-void MappingChecker::warnBubble() {
-  if (!batchKnown || par.pp < 2)
-    return;
-  int64_t m = mapping.microbatches;
-  double bubble = bubbleFraction(mapping, par.schedule);
-  std::string where = "parallel.global_batch";
-  if (par.schedule != ScheduleKind::Interleaved && m < par.pp) {
-    diags.warning(at(where), "only M = " + str(m) + " microbatches for pp = " + str(par.pp) +
-                                 " pipeline stages: each stage idles for over half of the "
-                                 "step (bubble (pp - 1) / M = " +
-                                 percent(bubble) +
-                                 " of the compute time); raise global_batch or lower "
-                                 "micro_batch so that M >= pp");
-    noteField("parallel.pp", par.pp);
-    return;
-  }
-  if (bubble <= 0.25)
-    return;
-  std::string formula = par.schedule == ScheduleKind::Interleaved
-                            ? "(pp - 1) / (chunks x M) = " + str(par.pp - 1) + " / (" +
-                                  str(mapping.chunks) + " x " + str(m) + ")"
-                            : "(pp - 1) / M = " + str(par.pp - 1) + " / " + str(m);
-  diags.warning(at(where), "the pipeline bubble " + formula + " is " + percent(bubble) +
-                               " of the compute time; raise global_batch so that M >= " +
-                               str(4 * (par.pp - 1)) + ", or lower micro_batch" +
-                               (par.schedule == ScheduleKind::Interleaved
-                                    ? ""
-                                    : ", or use schedule = interleaved(chunks = 2)"));
-  noteField("parallel.pp", par.pp);
-}
-
 std::optional<Mapping> MappingChecker::run() {
   mapping.tp = par.tp;
   mapping.pp = par.pp;
@@ -647,10 +412,10 @@ std::optional<Mapping> MappingChecker::run() {
   return mapping;
 }
 
-} // namespace
+} // namespace parc::rules
 
+namespace parc {
 std::optional<Mapping> checkMapping(const Program &program, DiagnosticEngine &diags) {
-  return MappingChecker(program, diags).run();
+  return rules::MappingChecker(program, diags).run();
 }
-
 } // namespace parc
