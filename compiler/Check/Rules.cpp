@@ -12,7 +12,6 @@
 #include "parc/Cost/ZeroPolicy.h"
 #include "parc/Support/CheckedInt.h"
 #include "parc/Support/Limits.h"
-#include "parc/Support/Units.h"
 
 #include "llvm/Support/Format.h"
 
