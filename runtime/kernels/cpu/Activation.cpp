@@ -83,6 +83,7 @@ void biasGeluForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim)
     for (int64_t r = first; r < last; ++r) {
       T *yr = y + r * dim;
       const T *xr = x + r * dim;
+#pragma omp simd
       for (int64_t i = 0; i < dim; ++i)
         yr[i] = xr[i] + bias[i];
       geluForwardRange(yr, yr, 0, dim);
@@ -98,9 +99,11 @@ void biasGeluBackward(T *dx, T *dbias, const T *x, const T *bias, const T *dy, i
     for (int64_t r = first; r < last; ++r) {
       T *dxr = dx + r * dim;
       const T *xr = x + r * dim;
+#pragma omp simd
       for (int64_t i = 0; i < dim; ++i)
         dxr[i] = xr[i] + bias[i];
       geluBackwardRange(dxr, dxr, dy + r * dim, 0, dim);
+#pragma omp simd
       for (int64_t i = 0; i < dim; ++i)
         part[i] += dxr[i];
     }
