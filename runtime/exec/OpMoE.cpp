@@ -177,7 +177,7 @@ void OpInterpreter<D>::expertMatMul(Context &ctx,
     dx = out(ctx, 0, true);
     dweight = out(ctx, 1, true);
   } else {
-    y = out(ctx, 0, false);
+    y = out(ctx, 0, true); // zeros: the rows past the blocks are not written
   }
   if ((backward ? dy : y).numel() != rows * n)
     opError("the products do not hold " + std::to_string(rows) + " x " + std::to_string(n) +
@@ -213,7 +213,8 @@ template <typename D> void OpInterpreter<D>::allToAll(Context &ctx) {
     all[size_t(self * g * experts + i)] = double(mine.values[size_t(i)]);
   dev.allReduceHost(comm, ranks, all.data(), all.size());
 
-  Operand x = in(ctx, 0), y = out(ctx, 0, false);
+  // Zeros: only the received rows are written.
+  Operand x = in(ctx, 0), y = out(ctx, 0, true);
   RowCounts &received = outCounts(ctx, 1);
   if (received.shape != mine.shape)
     opError("all_to_all: the output counts differ in shape from the input counts");

@@ -137,8 +137,8 @@ private:
   RowCounts &outCounts(Context &ctx, size_t i);
   /// The output's storage: the parameter gradient itself when `kernelAdds` and the output is
   /// one, a scratch buffer added to it after the op when not, otherwise a new tensor. A kernel
-  /// that adds into its output (`kernelAdds`) gets zeros; one that overwrites it gets memory
-  /// that may hold anything (Init::Overwritten).
+  /// that adds into its output or leaves part of it unwritten (`kernelAdds`) gets zeros; one
+  /// that overwrites all of it gets memory that may hold anything (Init::Overwritten).
   Operand out(Context &ctx, size_t i, bool kernelAdds);
   /// Output `o` in the storage of input `i` when that input is an activation of the same
   /// shape whose last use is this op (it is renamed to the output); a new tensor otherwise.
