@@ -1,11 +1,12 @@
 //===- LocalCommunicator.cpp - Every rank a thread of one process ---------===//
 //
 // All ranks share one State under one mutex. A collective meets in a slot keyed by its group
-// and the group's sequence number on the caller; the last member to arrive folds the copied
-// inputs in list order and the others copy the result out, so every member reads the same
-// bytes. Sends copy into a mailbox and return; receives wait on their mailbox. The first
-// failure (a timeout, an abort, a rank whose body threw) is recorded in the State and every
-// wait checks for it, so no rank waits on one that will never come.
+// and the group's sequence number on the caller; the last member to arrive folds it in list
+// order, so every member reads the same bytes: an all_reduce in the members' own buffers
+// (they wait in the call until it is done), the others from copied inputs, whose result each
+// member then copies out. Sends copy into a mailbox and return; receives wait on their
+// mailbox. The first failure (a timeout, an abort, a rank whose body threw) is recorded in the
+// State and every wait checks for it, so no rank waits on one that will never come.
 //
 //===----------------------------------------------------------------------===//
 
@@ -139,8 +140,10 @@ struct LocalWorld::State {
       position[rank] = path.size();
       path.push_back(rank);
       int64_t next = -1;
+      // A rank whose peers have all arrived waits on a fold, which is running, not stuck.
       for (int64_t peer : blocked.at(rank).awaited())
-        if (blocked.count(peer) && (next < 0 || blockedEarlier(peer, next)))
+        if (blocked.count(peer) && !blocked.at(peer).awaited().empty() &&
+            (next < 0 || blockedEarlier(peer, next)))
           next = peer;
       if (next < 0)
         return rank;
@@ -282,7 +285,8 @@ private:
   }
 
   /// Contributes `input` (or `text`, for agree) to the group's next collective and returns the
-  /// completed slot; the caller copies its result out and then calls depart().
+  /// completed slot; the caller copies its result out (an all_reduce has none: it is summed in
+  /// the members' buffers) and then calls depart().
   Slot &meet(GroupCall group, const Signature &signature, const void *input, size_t inputBytes,
              StringRef text, std::pair<std::vector<int64_t>, uint64_t> &key,
              ArrayRef<size_t> counts = {}) {
@@ -327,25 +331,12 @@ private:
     if (++slot.arrivals < members) {
       // A member that leaves on the job's failure while the fold still runs in its buffer
       // (an all_reduce) waits for the fold first, so that the buffer outlives it.
-      auto untilFolded = llvm::make_scope_exit([&] {
-        if (std::uncaught_exceptions() > 0)
-          state.wake[size_t(myRank)].wait(lock, [&] { return !slot.folding; });
-      });
-      wait(
-          lock, deadline, what, [&] { return slot.complete; },
-          [&] {
-            std::vector<int64_t> missing;
-            for (size_t i = 0; i < members; ++i)
-              if (!slot.present[i])
-                missing.push_back(group.ranks[i]);
-            return missing;
-          },
-          [](const std::vector<int64_t> &missing) {
-            std::string text = missing.size() == 1 ? "rank " : "ranks ";
-            llvm::raw_string_ostream os(text);
-            llvm::interleaveComma(missing, os);
-            return os.str();
-          });
+      try {
+        waitForFold(lock, deadline, what, slot, group, members);
+      } catch (...) {
+        state.wake[size_t(myRank)].wait(lock, [&] { return !slot.folding; });
+        throw;
+      }
       return slot;
     }
     // Every member has arrived and none touches the slot until it is complete, so the fold
@@ -359,10 +350,36 @@ private:
       for (int64_t member : group.ranks)
         state.wakeRank(member);
     });
-    fold(slot, members); // if it throws, LocalWorld::run fails the job, which frees the others
+    try {
+      fold(slot, group);
+    } catch (const CommError &error) {
+      // The others wait for this fold without a deadline (it is work, not a stall).
+      lock.lock();
+      failLocked(describe(spelling(signature.kind), group.ranks) + ": " + error.what());
+    }
     lock.lock();
     slot.complete = true;
     return slot;
+  }
+
+  /// The wait of a member that did not arrive last: until the slot is complete.
+  void waitForFold(Lock &lock, Clock::time_point deadline, const std::string &what, Slot &slot,
+                   GroupCall group, size_t members) {
+    wait(
+        lock, deadline, what, [&] { return slot.complete; },
+        [&] {
+          std::vector<int64_t> missing;
+          for (size_t i = 0; i < members; ++i)
+            if (!slot.present[i])
+              missing.push_back(group.ranks[i]);
+          return missing;
+        },
+        [](const std::vector<int64_t> &missing) {
+          std::string text = missing.size() == 1 ? "rank " : "ranks ";
+          llvm::raw_string_ostream os(text);
+          llvm::interleaveComma(missing, os);
+          return os.str();
+        });
   }
 
   void depart(const std::pair<std::vector<int64_t>, uint64_t> &key, size_t members) {
@@ -372,17 +389,33 @@ private:
       state.slots.erase(it);
   }
 
-  static void fold(Slot &slot, size_t members) {
+  /// An all_reduce sums its members' buffers in place, so they must be distinct memory.
+  static void checkDisjoint(const std::vector<void *> &buffers, size_t bytes, GroupCall group) {
+    for (size_t i = 0; i < buffers.size(); ++i)
+      for (size_t j = i + 1; j < buffers.size(); ++j) {
+        auto *a = static_cast<const char *>(buffers[i]), *b = static_cast<const char *>(buffers[j]);
+        if (a < b + bytes && b < a + bytes)
+          throw CommError("ranks " + std::to_string(group.ranks[i]) + " and " +
+                          std::to_string(group.ranks[j]) + " passed overlapping buffers");
+      }
+  }
+
+  static void fold(Slot &slot, GroupCall group) {
     const Signature &signature = slot.signature;
+    size_t members = group.ranks.size();
     switch (signature.kind) {
     case CollectiveKind::AllReduce: {
+      size_t bytes = signature.count * sizeOf(signature.type);
+      if (bytes == 0)
+        return;
+      checkDisjoint(slot.buffers, bytes, group);
       // Added in member order into the first buffer, which the others then copy: the same
       // bits on every member.
       void *first = slot.buffers[0];
       for (size_t i = 1; i < members; ++i)
         accumulate(signature.op, signature.type, first, slot.buffers[i], signature.count);
       for (size_t i = 1; i < members; ++i)
-        std::memcpy(slot.buffers[i], first, signature.count * sizeOf(signature.type));
+        std::memcpy(slot.buffers[i], first, bytes);
       return;
     }
     case CollectiveKind::ReduceScatter:

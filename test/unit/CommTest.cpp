@@ -456,6 +456,18 @@ TEST(LocalComm, AFoldThatFailsFailsEveryMember) {
         << error;
 }
 
+// The fold sums the members' buffers where they lie, so one buffer passed by two ranks would
+// be summed into itself: refused, on every member.
+TEST(LocalComm, AllReduceRefusesOverlappingBuffers) {
+  LocalWorld local(2, {30});
+  std::vector<double> shared(8, 1.0);
+  std::vector<std::string> errors = local.run([&](Communicator &comm) {
+    comm.allReduce({0, 1}, shared.data() + comm.rank(), 4);
+  });
+  for (const std::string &error : errors)
+    EXPECT_NE(error.find("ranks 0 and 1 passed overlapping buffers"), std::string::npos) << error;
+}
+
 TEST(LocalComm, MaxPropagatesNaN) {
   double accumulator[3] = {1, NAN, 5};
   double input[3] = {NAN, 2, 4};
