@@ -2,7 +2,8 @@
 //
 // The fused kernels give the bits of the unfused pairs; the fp32 transcendentals stay within
 // a few float roundings of libm in double; the kernel threads cover every range once
-// (KernelsThreadsTest.cpp: the kernels give the same bits on any number of threads).
+// (KernelsThreadsTest.cpp: the kernels give the same bits on any number of threads); a kernel
+// that overwrites its output writes every element of it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -207,6 +209,106 @@ TEST(KernelsFastTest, FloatFlashAttentionAgreesWithDouble) {
   expectClose(dqF, dq, "dq");
   expectClose(dkF, dk, "dk");
   expectClose(dvF, dv, "dv");
+}
+
+// parrun hands an op's kernel output memory that may hold anything (Init::Overwritten in
+// Buffer.h) unless the kernel adds into it: every such kernel must write all of it. Outputs
+// start as NaNs here, at shapes with odd tails (rows, lanes, tiles, key blocks); any element
+// left unwritten stays NaN.
+TEST(KernelsFastTest, OverwritingKernelsWriteEveryElement) {
+  const int64_t rows = 37, dim = 45, seq = 300, batch = 1, heads = 2, headDim = 8;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  auto fresh = [&](int64_t n) { return std::vector<float>(size_t(n), nan); };
+  auto input = [](int64_t n, uint64_t seed) {
+    std::vector<double> x = randomValues<double>(size_t(n), seed);
+    return std::vector<float>(x.begin(), x.end());
+  };
+  auto expectWritten = [](const std::vector<float> &y, const char *what) {
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_FALSE(std::isnan(y[i])) << what << " element " << i << " was not written";
+  };
+  std::vector<float> x = input(rows * dim, 1), dy = input(rows * dim, 2), w = input(dim, 3);
+  std::vector<float> b = input(dim, 4), acc(size_t(dim), 0.0f), acc2(size_t(dim), 0.0f);
+  for (int64_t threads : {1, 2}) {
+    ThreadsScope scope(threads);
+    std::vector<float> y = fresh(rows * dim), s = fresh(rows * dim), dx = fresh(rows * dim);
+    layerNormForward(y.data(), x.data(), w.data(), b.data(), rows, dim, 1e-5);
+    expectWritten(y, "layernorm");
+    y = fresh(rows * dim);
+    residualLayerNormForward(s.data(), y.data(), x.data(), dy.data(), w.data(), b.data(), rows,
+                             dim, 1e-5);
+    expectWritten(s, "residual + layernorm sum");
+    expectWritten(y, "residual + layernorm");
+    layerNormBackward(dx.data(), acc.data(), acc2.data(), x.data(), w.data(), dy.data(), rows,
+                      dim, 1e-5);
+    expectWritten(dx, "layernorm_bwd");
+    y = fresh(rows * dim), dx = fresh(rows * dim);
+    rmsNormForward(y.data(), x.data(), w.data(), rows, dim, 1e-5);
+    expectWritten(y, "rmsnorm");
+    rmsNormBackward(dx.data(), acc.data(), x.data(), w.data(), dy.data(), rows, dim, 1e-5);
+    expectWritten(dx, "rmsnorm_bwd");
+    y = fresh(rows * dim), dx = fresh(rows * dim);
+    biasGeluForward(y.data(), x.data(), b.data(), rows, dim);
+    expectWritten(y, "bias + gelu");
+    biasGeluBackward(dx.data(), acc.data(), x.data(), b.data(), dy.data(), rows, dim);
+    expectWritten(dx, "bias + gelu_bwd");
+    y = fresh(rows * dim), dx = fresh(rows * dim);
+    biasAddForward(y.data(), x.data(), b.data(), rows, dim);
+    expectWritten(y, "bias_add");
+    biasAddBackward(dx.data(), acc.data(), dy.data(), rows, dim);
+    expectWritten(dx, "bias_add_bwd");
+    y = fresh(rows * dim), dx = fresh(rows * dim);
+    residualAddForward(y.data(), x.data(), dy.data(), rows * dim);
+    expectWritten(y, "residual_add");
+    y = fresh(rows * dim);
+    residualAddBackward(dx.data(), y.data(), dy.data(), rows * dim);
+    expectWritten(dx, "residual_add_bwd a");
+    expectWritten(y, "residual_add_bwd b");
+    y = fresh(rows * dim), dx = fresh(rows * dim);
+    swigluForward(y.data(), x.data(), dy.data(), rows, dim);
+    expectWritten(y, "swiglu");
+    swigluBackward(dx.data(), y.data(), x.data(), dy.data(), dy.data(), rows, dim);
+    expectWritten(dx, "swiglu_bwd gate");
+    expectWritten(y, "swiglu_bwd up");
+    y = fresh(rows * rows);
+    matmulForward(y.data(), x.data(), dy.data(), rows, rows, dim, false, true);
+    expectWritten(y, "matmul");
+    dx = fresh(rows * dim);
+    std::vector<float> dw = fresh(rows * dim);
+    matmulBackward(dx.data(), dw.data(), x.data(), dy.data(), y.data(), rows, rows, dim, false,
+                   true, GradWrite::Overwrite, GradWrite::Overwrite);
+    expectWritten(dx, "matmul_bwd da");
+    expectWritten(dw, "matmul_bwd db");
+
+    const int64_t n = seq * batch * heads * headDim;
+    std::vector<float> q = input(n, 5), k = input(n, 6), v = input(n, 7), dyA = input(n, 8);
+    for (bool causal : {true, false}) {
+      std::vector<float> out = fresh(n), lse = fresh(batch * heads * seq);
+      flashAttentionForward(out.data(), lse.data(), q.data(), k.data(), v.data(), seq, batch,
+                            heads, heads, headDim, causal);
+      expectWritten(out, "flash attention");
+      expectWritten(lse, "flash attention lse");
+      std::vector<float> dq = fresh(n), dk = fresh(n), dv = fresh(n);
+      flashAttentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(),
+                             out.data(), lse.data(), dyA.data(), seq, batch, heads, heads, headDim,
+                             causal);
+      expectWritten(dq, "flash attention dq");
+      expectWritten(dk, "flash attention dk");
+      expectWritten(dv, "flash attention dv");
+      std::vector<float> probs = fresh(batch * heads * seq * seq);
+      out = fresh(n);
+      attentionForward(out.data(), probs.data(), q.data(), k.data(), v.data(), seq, batch, heads,
+                       heads, headDim, causal);
+      expectWritten(out, "attention");
+      expectWritten(probs, "attention probabilities");
+      dq = fresh(n), dk = fresh(n), dv = fresh(n);
+      attentionBackward(dq.data(), dk.data(), dv.data(), q.data(), k.data(), v.data(),
+                        probs.data(), dyA.data(), seq, batch, heads, heads, headDim, causal);
+      expectWritten(dq, "attention dq");
+      expectWritten(dk, "attention dk");
+      expectWritten(dv, "attention dv");
+    }
+  }
 }
 
 } // namespace

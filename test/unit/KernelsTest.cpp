@@ -351,10 +351,9 @@ TEST(KernelsTest, AttentionWithoutMaskGradients) { checkAttention(4, 1, false, f
 TEST(KernelsTest, FlashAttentionGroupedQueryGradients) { checkAttention(4, 2, true, true); }
 TEST(KernelsTest, FlashAttentionWithoutMaskGradients) { checkAttention(4, 1, false, true); }
 
-// Over several tiles (seq 150 = 64 + 64 + 22), flash attention computes what standard attention
-// computes, to rounding: the outputs and all three gradients.
-// seq 150: three query tiles against one key block; 600: ten query tiles against three key
-// blocks, whose running max and sum rescale the partial outputs.
+// Flash attention computes what standard attention computes, to rounding: the outputs and all
+// three gradients. seq 150: three query tiles (64 + 64 + 22) against one key block; 600: ten
+// query tiles against three key blocks, whose running max and sum rescale the partial outputs.
 TEST(KernelsTest, FlashAttentionEqualsStandardToRounding) {
   for (auto [seq, causal] : {std::pair{150, true}, {150, false}, {600, true}, {600, false}}) {
     SCOPED_TRACE(testing::Message() << "seq " << seq << ", causal " << causal);

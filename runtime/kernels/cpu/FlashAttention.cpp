@@ -1,16 +1,16 @@
 //===- FlashAttention.cpp - Attention that keeps only the row logsumexp ---===//
 //
 // The CPU twin of FlashAttention (Dao et al. 2022, FlashAttention-2's loop order): queries are
-// taken a tile of kTile rows and keys a block of kKeyTile rows at a time, the scores of one
-// pair exist only in a kTile x kKeyTile scratch, and the softmax is accumulated online (running
-// max and sum, rescaling the partial output). The forward keeps lse = max + log(sum) of every query row
-// ([batch, heads, seq]); the backward recomputes each tile's probabilities from it, P =
-// exp(S - lse), and uses D = rowsum(dy * y) for the softmax gradient, so nothing seq x seq
-// outlives a tile. Same layouts and grouped-query convention as Attention.cpp; equal to the
-// standard kernels up to the order of the roundings. The (batch, head) slices run in parallel
-// on the kernel threads, the backward by key/value head so that the query heads adding into
-// one dk and dv share a thread; each slice is one thread's, so the bits do not depend on the
-// thread count. In fp32 the exponentials are VecMath.h's, in vectorised loops.
+// taken a tile of kTile rows and keys a block of kKeyTile rows at a time, the scores of one pair
+// exist only in a kTile x kKeyTile scratch, and the softmax is accumulated online (running max and
+// sum, rescaling the partial output). The forward keeps lse = max + log(sum) of every query row
+// ([batch, heads, seq]); the backward recomputes each tile's probabilities from it, P = exp(S -
+// lse), and uses D = rowsum(dy * y) for the softmax gradient, so nothing seq x seq outlives a
+// tile. Same layouts and grouped-query convention as Attention.cpp; equal to the standard kernels
+// up to the order of the roundings. The (batch, head) slices run in parallel on the kernel
+// threads, the backward by key/value head so that the query heads adding into one dk and dv share
+// a thread; each slice is one thread's, so the bits do not depend on the thread count. In fp32 the
+// exponentials are VecMath.h's, in vectorised loops.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,7 +38,7 @@ constexpr int64_t kTile = 64;
 /// faster than four 64 x 64 x 64 ones (the scores, 64 KiB in fp32, stay in L2).
 constexpr int64_t kKeyTile = 256;
 
-/// One query tile against the key tiles it sees: rows [q0, q0 + rows), keys [0, keyEnd).
+/// One query tile against the key blocks it sees: rows [q0, q0 + rows), keys [0, keyEnd).
 struct QueryTile {
   int64_t q0, rows, keyEnd;
 };
@@ -48,7 +48,7 @@ QueryTile queryTile(int64_t q0, int64_t seq, bool causal) {
   return {q0, rows, causal ? q0 + rows : seq};
 }
 
-/// Keys of tile [k0, k0 + cols) that query row t may read.
+/// Keys of block [k0, k0 + cols) that query row t may read.
 int64_t visibleKeys(int64_t t, int64_t k0, int64_t cols, bool causal) {
   return causal ? std::clamp<int64_t>(t - k0 + 1, 0, cols) : cols;
 }
@@ -110,7 +110,7 @@ void flashForwardSlice(T *y, T *rowLse, const T *q, const T *k, const T *v, Head
       for (int64_t r = 0; r < tile.rows; ++r) {
         T *row = scores + r * cols;
         int64_t valid = visibleKeys(q0 + r, k0, cols, causal);
-        // A row that sees no key of this tile keeps its state (its row of scores is zero).
+        // A row that sees no key of this block keeps its state (its row of scores is zero).
         if (valid == 0) {
           std::fill_n(row, cols, T(0));
           continue;

@@ -61,9 +61,9 @@ private:
   int64_t currentTotalBytes = 0, peakTotalBytes = 0;
 };
 
-/// An owning array (zero-initialised unless asked not to be) in the tracker's space whose bytes count against the
-/// tracker for its lifetime. On a GPU its elements are device memory: only kernels and the
-/// device's copies touch them.
+/// An owning array in the tracker's space (zeroed unless asked for Init::Overwritten) whose
+/// bytes count against the tracker for its lifetime. On a GPU its elements are device memory:
+/// only kernels and the device's copies touch them.
 template <typename E> class Buffer {
 public:
   Buffer() = default;
