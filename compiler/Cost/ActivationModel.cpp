@@ -19,8 +19,9 @@ struct BlockShape {
   double sb, h, q, kv, f, heads, s, b, e, r; // r: 1/t for sequence-split tensors, else 1
   bool swiglu, flash, dropout, ring;
   // A MoE block: f is its shared experts' width; `experts` what its routed experts keep for
-  // the balanced share of rows, `expertRows` of `expertFfn` columns each.
-  double experts = 0, expertRows = 0, expertFfn = 0;
+  // the balanced share of rows, `expertRows` of `expertFfn` columns each; `slots` the top-k
+  // slots of the block's tokens, whose returned expert outputs the combine reads.
+  double experts = 0, expertRows = 0, expertFfn = 0, slots = 0;
 
   BlockShape(const ModelSpec &model, const LayerGroup &block, int64_t microBatch, int64_t tp,
              bool sequenceParallel, bool ring)
@@ -44,6 +45,7 @@ struct BlockShape {
       expertRows = parc::expertRows(block.moe, sb, 1).expected;
       expertFfn = double(block.moe.ffn) / t;
       experts = expertActivationBytes(model, block, sb, expertRows, tp);
+      slots = sb * double(block.moe.topK);
     }
   }
 
@@ -93,11 +95,18 @@ double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &blo
   double transient = x.e * x.sb * (x.f + x.h + x.h * x.r);
   if (x.swiglu)
     transient = std::max(transient, x.e * x.sb * (2 * x.f + x.h * x.r));
-  // The experts' down projection: its input gradient per row beside the rows' gradient.
-  if (x.expertRows > 0)
-    transient = std::max(transient, x.e * (x.expertRows * ((x.swiglu ? 2 : 1) * x.expertFfn +
-                                                           x.h) +
-                                           x.sb * x.h * x.r));
+  if (x.expertRows > 0) {
+    // A MoE block's backward starts at the combine, which reads the returned expert outputs of
+    // every slot and writes their gradient, beside the skip gradient, the combined output's
+    // gradient and, with shared experts, theirs. The experts' down projection comes after it,
+    // when the returned outputs (kept, in `experts`) have died: its input gradient per row
+    // beside the rows' gradient.
+    double shared = x.f > 0 ? x.sb * x.h : 0;
+    double combine = x.sb * x.h * x.r + x.sb * x.h + shared + x.slots * x.h;
+    double down = x.sb * x.h * x.r + shared +
+                  x.expertRows * ((x.swiglu ? 2 : 1) * x.expertFfn + x.h) - x.slots * x.h;
+    transient = std::max(transient, x.e * std::max(combine, down));
+  }
   if (recompute == Recompute::Full) {
     // The block's forward is rerun first; under sequence parallelism it rebuilds the gathered
     // norm outputs whole.
@@ -138,6 +147,29 @@ double expertWorstCaseBytes(const Program &program, const Mapping &mapping, int6
              expertActivationBytes(model, block, tokens, rows.expected, mapping.tp);
   }
   return extra;
+}
+
+double expertRebuildWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
+                                   int64_t last) {
+  const ModelSpec &model = program.model;
+  if (program.parallel.recompute != Recompute::Full)
+    return 0;
+  const double tokens = double(model.seq / mapping.cp) * double(mapping.microBatch);
+  const double e = double(bytesPerElement(model.dtype)), h = double(model.hidden);
+  double widest = 0;
+  for (int64_t i = first; i < last; ++i) {
+    const LayerGroup &block = model.blockGroup(i);
+    if (!block.moe.enabled())
+      continue;
+    ExpertRows rows = expertRows(block.moe, tokens, mapping.ep);
+    // Per row: the rebuilt rows and MLP intermediates, then the down projection's input
+    // gradient(s) beside the rows' gradient (blockBackwardTransientBytes's `down`).
+    const double ffn = double(block.moe.ffn) / double(mapping.tp);
+    const bool gated = isGated(block.mlp);
+    double perRow = h + (gated ? 3 : 2) * ffn + (gated ? 2 : 1) * ffn + h;
+    widest = std::max(widest, e * (rows.bound - rows.expected) * perRow);
+  }
+  return widest;
 }
 
 namespace {

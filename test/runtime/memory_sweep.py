@@ -10,7 +10,9 @@ with `parrun --memory-json` under:
   - zero 0-3 x sequence parallel off/on on tp 2 pp 2 dp 2 (1f1b), sequence parallel on tp 4 dp 2;
   - standard attention (the scores kept) on dp 4 and on tp 2 pp 2 dp 2 with zero 2;
   - context parallelism (cp 2 and 4) with dp, pp, tp, ZeRO, recompute and standard attention;
-  - mixture-of-experts blocks under ZeRO 0 and 1 on dp 4, with ep 1, 2 and 4.
+  - mixture-of-experts blocks under ZeRO 0-3 on dp 4, with ep 1, 2 and 4, shared experts and
+    full recompute (whose backward rebuilds a block's experts at the dropless bound with ep > 1),
+    and at tp 2 pp 2 dp 2 ep 2.
 
 For every rank and memory category (weights, gradients, optimizer state, activations) the
 held peak must be within T (default 5 %) of the prediction, and the held total (the peak of
@@ -66,7 +68,9 @@ def build_cases():
               MemoryCase(1, 1, 4, "1f1b", 1, "selective", precision="fp32", variant="moe"),
               MemoryCase(1, 1, 4, "1f1b", 2, "none", precision="fp32", variant="moe"),
               MemoryCase(1, 1, 4, "1f1b", 3, "selective", precision="fp32", variant="moe"),
-              MemoryCase(1, 1, 4, "1f1b", 3, "none", precision="fp32", variant="moe-shared")]
+              MemoryCase(1, 1, 4, "1f1b", 3, "none", precision="fp32", variant="moe-shared"),
+              MemoryCase(1, 1, 4, "1f1b", 0, "full", precision="fp32", variant="moe"),
+              MemoryCase(1, 1, 4, "1f1b", 3, "full", precision="fp32", variant="moe-shared")]
     # Expert parallelism: experts / ep per rank, their states over expert dp, the all-to-all's
     # dropless receive buffers.
     cases += [MemoryCase(1, 1, 4, "1f1b", 0, "none", precision="fp32", variant="moe", ep=2),
@@ -74,7 +78,10 @@ def build_cases():
               MemoryCase(1, 1, 4, "1f1b", 1, "selective", precision="fp32", variant="moe",
                          ep=4),
               MemoryCase(1, 1, 4, "1f1b", 3, "selective", precision="fp32", variant="moe",
-                         ep=2)]
+                         ep=2),
+              MemoryCase(1, 1, 4, "1f1b", 1, "full", precision="fp32", variant="moe", ep=2),
+              MemoryCase(1, 1, 4, "1f1b", 2, "full", precision="fp32", variant="moe-shared", ep=4),
+              MemoryCase(2, 2, 2, "1f1b", 1, "full", precision="fp32", variant="moe", ep=2)]
     return cases
 
 
