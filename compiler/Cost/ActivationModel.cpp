@@ -110,8 +110,8 @@ double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &blo
   if (recompute == Recompute::Full) {
     // The block's forward is rerun first; under sequence parallelism it rebuilds the gathered
     // norm outputs whole.
-    transient += x.keptWithoutRecompute() - x.e * x.sb * x.h * x.r +
-                 2 * x.e * x.sb * x.h * (1 - x.r);
+    transient +=
+        x.keptWithoutRecompute() - x.e * x.sb * x.h * x.r + 2 * x.e * x.sb * x.h * (1 - x.r);
   }
   return transient;
 }
@@ -130,45 +130,53 @@ double expertActivationBytes(const ModelSpec &model, const LayerGroup &block, do
   return source + e * rows * (h + mlpKept * double(moe.ffn) / double(tp));
 }
 
-double expertWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
-                            int64_t last) {
+namespace {
+/// f(block, tokens, rows) for each MoE block of [first, last): the tokens a cp rank routes (its
+/// seq / cp positions) and the rows the ep group's all-to-all sends it.
+template <typename F>
+void forEachExpertBlock(const Program &program, const Mapping &mapping, int64_t first, int64_t last,
+                        const F &f) {
   const ModelSpec &model = program.model;
-  if (program.parallel.recompute == Recompute::Full)
-    return 0;
-  // A cp rank routes the tokens of its seq / cp positions.
   const double tokens = double(model.seq / mapping.cp) * double(mapping.microBatch);
-  double extra = 0;
   for (int64_t i = first; i < last; ++i) {
     const LayerGroup &block = model.blockGroup(i);
-    if (!block.moe.enabled())
-      continue;
-    ExpertRows rows = expertRows(block.moe, tokens, mapping.ep);
-    extra += expertActivationBytes(model, block, tokens, rows.bound, mapping.tp) -
-             expertActivationBytes(model, block, tokens, rows.expected, mapping.tp);
+    if (block.moe.enabled())
+      f(block, tokens, expertRows(block.moe, tokens, mapping.ep));
   }
+}
+} // namespace
+
+double expertWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
+                            int64_t last) {
+  if (program.parallel.recompute == Recompute::Full)
+    return 0;
+  double extra = 0;
+  forEachExpertBlock(
+      program, mapping, first, last, [&](const LayerGroup &block, double tokens, ExpertRows rows) {
+        const ModelSpec &model = program.model;
+        extra += expertActivationBytes(model, block, tokens, rows.bound, mapping.tp) -
+                 expertActivationBytes(model, block, tokens, rows.expected, mapping.tp);
+      });
   return extra;
 }
 
 double expertRebuildWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
                                    int64_t last) {
-  const ModelSpec &model = program.model;
   if (program.parallel.recompute != Recompute::Full)
     return 0;
-  const double tokens = double(model.seq / mapping.cp) * double(mapping.microBatch);
-  const double e = double(bytesPerElement(model.dtype)), h = double(model.hidden);
+  const double e = double(bytesPerElement(program.model.dtype));
+  const double h = double(program.model.hidden);
   double widest = 0;
-  for (int64_t i = first; i < last; ++i) {
-    const LayerGroup &block = model.blockGroup(i);
-    if (!block.moe.enabled())
-      continue;
-    ExpertRows rows = expertRows(block.moe, tokens, mapping.ep);
-    // Per row: the rebuilt rows and MLP intermediates, then the down projection's input
-    // gradient(s) beside the rows' gradient (blockBackwardTransientBytes's `down`).
-    const double ffn = double(block.moe.ffn) / double(mapping.tp);
-    const bool gated = isGated(block.mlp);
-    double perRow = h + (gated ? 3 : 2) * ffn + (gated ? 2 : 1) * ffn + h;
-    widest = std::max(widest, e * (rows.bound - rows.expected) * perRow);
-  }
+  forEachExpertBlock(program, mapping, first, last,
+                     [&](const LayerGroup &block, double, ExpertRows rows) {
+                       // Per row: the rebuilt rows and MLP intermediates, then the down
+                       // projection's input gradient(s) beside the rows' gradient
+                       // (blockBackwardTransientBytes's `down`).
+                       const double ffn = double(block.moe.ffn) / double(mapping.tp);
+                       const bool gated = isGated(block.mlp);
+                       double perRow = h + (gated ? 3 : 2) * ffn + (gated ? 2 : 1) * ffn + h;
+                       widest = std::max(widest, e * (rows.bound - rows.expected) * perRow);
+                     });
   return widest;
 }
 
@@ -176,8 +184,8 @@ namespace {
 /// The head's kept tensors per microbatch: the final norm's input and output (split under
 /// sequence parallelism), the fp32 logits of this rank's vocabulary shard, the labels and the
 /// loss.
-double headKeptBytes(const ModelSpec &model, int64_t paddedVocab, int64_t microBatch,
-                     int64_t tp, bool sequenceParallel) {
+double headKeptBytes(const ModelSpec &model, int64_t paddedVocab, int64_t microBatch, int64_t tp,
+                     bool sequenceParallel) {
   const double sb = double(model.seq) * double(microBatch), t = double(tp);
   const double e = double(bytesPerElement(model.dtype));
   const double r = sequenceParallel ? 1 / t : 1;
@@ -227,9 +235,9 @@ double stageActivationBytes(const Program &program, const Mapping &mapping, int6
       const LayerGroup &block = model.blockGroup(i);
       chunkKept +=
           blockActivationBytes(model, block, mb, tp, par.recompute, par.sequenceParallel, ring);
-      chunkTransient = std::max(chunkTransient,
-                                blockBackwardTransientBytes(model, block, mb, tp, par.recompute,
-                                                            par.sequenceParallel, ring));
+      chunkTransient =
+          std::max(chunkTransient, blockBackwardTransientBytes(model, block, mb, tp, par.recompute,
+                                                               par.sequenceParallel, ring));
     }
     if (virtualStage == 0) // the token ids, and with dropout the embedding's 1-byte mask
       chunkKept += 8 * sb + (model.dropout > 0 ? sb * double(model.hidden) * r : 0);
