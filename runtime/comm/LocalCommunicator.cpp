@@ -1,10 +1,10 @@
 //===- LocalCommunicator.cpp - Every rank a thread of one process ---------===//
 //
-// All ranks share one State (LocalWorldState.h) under one mutex. A collective meets in a slot keyed by its group
-// and the group's sequence number on the caller; the last member to arrive folds it in list
-// order, so every member reads the same bytes: an all_reduce in the members' own buffers
-// (they wait in the call until it is done), the others from copied inputs, whose result each
-// member then copies out. Sends copy into a mailbox and return; receives wait on their
+// All ranks share one State (LocalWorldState.h) under one mutex. A collective meets in a slot
+// keyed by its group and the group's sequence number on the caller; the last member to arrive
+// folds it in list order, so every member reads the same bytes: an all_reduce in the members' own
+// buffers (they wait in the call until it is done), the others from copied inputs, whose result
+// each member then copies out. Sends copy into a mailbox and return; receives wait on their
 // mailbox. The first failure (a timeout, an abort, a rank whose body threw) is recorded in the
 // State and every wait checks for it, so no rank waits on one that will never come.
 //
