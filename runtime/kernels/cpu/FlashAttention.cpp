@@ -115,11 +115,7 @@ void flashForwardSlice(T *y, T *rowLse, const T *q, const T *k, const T *v, Head
           std::fill_n(row, cols, T(0));
           continue;
         }
-        T tileMax = row[0];
-#pragma omp simd reduction(max : tileMax)
-        for (int64_t u = 1; u < valid; ++u)
-          tileMax = std::max(tileMax, row[u]);
-        double newMax = std::max(rowMax[r], double(tileMax));
+        double newMax = std::max(rowMax[r], double(*std::max_element(row, row + valid)));
         double rescale = std::exp(rowMax[r] - newMax);
         rowSum[r] = rowSum[r] * rescale + expRow(row, newMax, valid, cols);
         rowMax[r] = newMax;
