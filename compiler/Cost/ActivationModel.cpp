@@ -160,21 +160,22 @@ double expertWorstCaseBytes(const Program &program, const Mapping &mapping, int6
   return extra;
 }
 
-double expertRebuildWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
-                                   int64_t last) {
-  if (program.parallel.recompute != Recompute::Full)
-    return 0;
+double expertBackwardWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
+                                    int64_t last) {
   const double e = double(bytesPerElement(program.model.dtype));
   const double h = double(program.model.hidden);
+  const bool full = program.parallel.recompute == Recompute::Full;
   double widest = 0;
   forEachExpertBlock(program, mapping, first, last,
                      [&](const LayerGroup &block, double, ExpertRows rows) {
-                       // Per row: the rebuilt rows and MLP intermediates, then the down
-                       // projection's input gradient(s) beside the rows' gradient
-                       // (blockBackwardTransientBytes's `down`).
+                       // Per row: the down projection's input gradient(s) beside the rows'
+                       // gradient (blockBackwardTransientBytes's `down`), and under full
+                       // recompute the rebuilt rows and MLP intermediates before them.
                        const double ffn = double(block.moe.ffn) / double(mapping.tp);
                        const bool gated = isGated(block.mlp);
-                       double perRow = h + (gated ? 3 : 2) * ffn + (gated ? 2 : 1) * ffn + h;
+                       double perRow = (gated ? 2 : 1) * ffn + h;
+                       if (full)
+                         perRow += h + (gated ? 3 : 2) * ffn;
                        widest = std::max(widest, e * (rows.bound - rows.expected) * perRow);
                      });
   return widest;

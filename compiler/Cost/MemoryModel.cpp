@@ -350,7 +350,7 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
     std::vector<int64_t> inFlight =
         microbatchesInFlight(par.schedule, mapping.pp, stage, mapping.microbatches, mapping.chunks);
     StateFamily dense{policy, {}}, experts{zeroPolicy(par, mapping.expertDp()), {}};
-    double rebuildWorstCase = 0; // one block is rebuilt at a time, whichever chunk it is in
+    double backwardWorstCase = 0; // one block is rebuilt at a time, whichever chunk it is in
     for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
       auto [first, last] = mapping.partition.range(stage, chunk);
       const int64_t virtualStage = chunk * mapping.pp + stage;
@@ -360,12 +360,12 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
         m.expertParamsPerRank += unit.elements;
       m.expertWorstCase +=
           double(inFlight[size_t(chunk)]) * expertWorstCaseBytes(program, mapping, first, last);
-      rebuildWorstCase =
-          std::max(rebuildWorstCase, expertRebuildWorstCaseBytes(program, mapping, first, last));
+      backwardWorstCase =
+          std::max(backwardWorstCase, expertBackwardWorstCaseBytes(program, mapping, first, last));
       m.blocks += last - first;
       m.inFlight += inFlight[size_t(chunk)];
     }
-    m.expertWorstCase += rebuildWorstCase;
+    m.expertWorstCase += backwardWorstCase;
     StepEndReductions stepEnd;
     addModelStates(program, mapping, dense, m, stepEnd);
     if (program.model.hasExperts())

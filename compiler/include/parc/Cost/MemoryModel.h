@@ -156,10 +156,10 @@ double expertActivationBytes(const ModelSpec &model, const LayerGroup &block, do
 /// than its balanced share; 0 under full recompute, which keeps only the blocks' inputs.
 double expertWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
                             int64_t last);
-/// Under full recompute, what the widest MoE block of [first, last) holds beyond the balanced
-/// rows while its backward rebuilds it at ExpertRows::bound: the rebuilt expert rows and MLP
-/// intermediates and the down projection's gradients, one block at a time; 0 otherwise.
-double expertRebuildWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
+/// What the backward of the widest MoE block of [first, last) holds beyond the balanced rows,
+/// its buffers being static at ExpertRows::bound: the down projection's gradients, and under
+/// full recompute the rebuilt expert rows and MLP intermediates; one block at a time.
+double expertBackwardWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
                                    int64_t last);
 
 /// How many forward passes of each model chunk a stage holds at its peak: entry c counts the
@@ -175,8 +175,8 @@ struct StageMemory {
   int64_t paramsPerRank = 0; // parameters one rank owns before ZeRO sharding
   int64_t expertParamsPerRank = 0; // of which experts, sharded by ZeRO over expert dp
   /// Activations beyond `activations` when routing is as unbalanced as dropless allows:
-  /// every in-flight microbatch's expert tokens at ExpertRows::bound rather than expected, or
-  /// under full recompute the rebuilt block's.
+  /// every in-flight microbatch's expert tokens at ExpertRows::bound rather than expected, and
+  /// the widest block's backward at the bound.
   double expertWorstCase = 0;
   int64_t inFlight = 0;      // microbatches whose activations the stage keeps at its peak
   /// Weights, gradients and optimizer state as ZeRO shards them (ZeroPolicy.h); for ZeRO 1 the
