@@ -10,9 +10,20 @@
 #include "parc/Cost/CommModel.h"
 #include "parc/Support/Units.h"
 
+#include "llvm/Support/Format.h"
+
 #include <algorithm>
 
 namespace parc::rules {
+
+namespace {
+/// "12.5%"
+std::string percent(double fraction) {
+  std::string out;
+  llvm::raw_string_ostream(out) << llvm::format("%.1f%%", fraction * 100);
+  return out;
+}
+} // namespace
 
 /// Ring attention needs the sequence in 2 x cp equal chunks, and Megatron-Core's layout an
 /// order that places cp.

@@ -18,8 +18,6 @@
 namespace parc::rules {
 
 inline std::string str(int64_t v) { return std::to_string(v); }
-/// "12.5%"
-std::string percent(double fraction);
 /// "1, 2, 4 or 8": the divisors of `n` up to `limit`, for "use tp = ..." hints.
 std::string divisorsUpTo(int64_t n, int64_t limit);
 

@@ -13,17 +13,10 @@
 #include "parc/Support/CheckedInt.h"
 #include "parc/Support/Limits.h"
 
-#include "llvm/Support/Format.h"
 
 #include <algorithm>
 
 namespace parc::rules {
-
-std::string percent(double fraction) {
-  std::string out;
-  llvm::raw_string_ostream(out) << llvm::format("%.1f%%", fraction * 100);
-  return out;
-}
 
 // Divisors come in pairs d, n / d with d <= sqrt(n), so finding them takes O(sqrt n) steps.
 std::string divisorsUpTo(int64_t n, int64_t limit) {

@@ -20,11 +20,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <climits>
 #include <condition_variable>
-#include <optional>
 #include <cstring>
-#include <deque>
+#include <optional>
 #include <map>
 #include <mutex>
 #include <thread>
