@@ -14,6 +14,15 @@
 namespace parc {
 
 namespace {
+/// The experts' down projection in the backward, for `rows` routed rows: its input gradient
+/// (SwiGLU's gate and up gradients) per row beside the rows' gradient.
+double expertDownGradientBytes(const ModelSpec &model, const LayerGroup &block, double rows,
+                               int64_t tp) {
+  const double ffn = double(block.moe.ffn) / double(tp);
+  return double(bytesPerElement(model.dtype)) * rows *
+         ((isGated(block.mlp) ? 2 : 1) * ffn + double(model.hidden));
+}
+
 /// The sizes of one block on one tensor-parallel rank, in elements, and the activation dtype.
 struct BlockShape {
   double sb, h, q, kv, f, heads, s, b, e, r; // r: 1/t for sequence-split tensors, else 1
@@ -103,9 +112,9 @@ double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &blo
     // beside the rows' gradient.
     double shared = x.f > 0 ? x.sb * x.h : 0;
     double combine = x.sb * x.h * x.r + x.sb * x.h + shared + x.slots * x.h;
-    double down = x.sb * x.h * x.r + shared +
-                  x.expertRows * ((x.swiglu ? 2 : 1) * x.expertFfn + x.h) - x.slots * x.h;
-    transient = std::max(transient, x.e * std::max(combine, down));
+    double down = x.e * (x.sb * x.h * x.r + shared - x.slots * x.h) +
+                  expertDownGradientBytes(model, block, x.expertRows, tp);
+    transient = std::max(transient, std::max(x.e * combine, down));
   }
   if (recompute == Recompute::Full) {
     // The block's forward is rerun first; under sequence parallelism it rebuilds the gathered
@@ -162,22 +171,19 @@ double expertWorstCaseBytes(const Program &program, const Mapping &mapping, int6
 
 double expertBackwardWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
                                     int64_t last) {
-  const double e = double(bytesPerElement(program.model.dtype));
-  const double h = double(program.model.hidden);
+  const ModelSpec &model = program.model;
   const bool full = program.parallel.recompute == Recompute::Full;
   double widest = 0;
-  forEachExpertBlock(program, mapping, first, last,
-                     [&](const LayerGroup &block, double, ExpertRows rows) {
-                       // Per row: the down projection's input gradient(s) beside the rows'
-                       // gradient (blockBackwardTransientBytes's `down`), and under full
-                       // recompute the rebuilt rows and MLP intermediates before them.
-                       const double ffn = double(block.moe.ffn) / double(mapping.tp);
-                       const bool gated = isGated(block.mlp);
-                       double perRow = (gated ? 2 : 1) * ffn + h;
-                       if (full)
-                         perRow += h + (gated ? 3 : 2) * ffn;
-                       widest = std::max(widest, e * (rows.bound - rows.expected) * perRow);
-                     });
+  forEachExpertBlock(
+      program, mapping, first, last, [&](const LayerGroup &block, double tokens, ExpertRows rows) {
+        // The down projection's gradients (blockBackwardTransientBytes's `down`), and under
+        // full recompute the rebuilt rows and MLP intermediates before them.
+        auto atRows = [&](double r) {
+          return expertDownGradientBytes(model, block, r, mapping.tp) +
+                 (full ? expertActivationBytes(model, block, tokens, r, mapping.tp) : 0);
+        };
+        widest = std::max(widest, atRows(rows.bound) - atRows(rows.expected));
+      });
   return widest;
 }
 

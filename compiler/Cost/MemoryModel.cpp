@@ -350,7 +350,7 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
     std::vector<int64_t> inFlight =
         microbatchesInFlight(par.schedule, mapping.pp, stage, mapping.microbatches, mapping.chunks);
     StateFamily dense{policy, {}}, experts{zeroPolicy(par, mapping.expertDp()), {}};
-    double backwardWorstCase = 0; // one block is rebuilt at a time, whichever chunk it is in
+    double backwardWorstCase = 0; // one block's backward at a time, whichever chunk it is in
     for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
       auto [first, last] = mapping.partition.range(stage, chunk);
       const int64_t virtualStage = chunk * mapping.pp + stage;
