@@ -20,6 +20,7 @@
 using namespace parc::runtime;
 
 int main(int argc, char **argv) {
+  cpu::restartOnMatchingBlasCore(argv);
   int64_t size = argc > 1 ? std::atoll(argv[1]) : 2048;
   std::vector<int64_t> threadCounts;
   for (int i = 2; i < argc; ++i)
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
     a[i] = float(i % 7) * 0.25f - 0.75f;
     b[i] = float(i % 5) * 0.5f - 1.0f;
   }
+  std::printf("OpenBLAS kernels: %s\n", cpu::blasCoreName().c_str());
   double flops = 2.0 * double(size) * double(size) * double(size);
   for (int64_t threads : threadCounts) {
     cpu::setKernelThreads(threads);

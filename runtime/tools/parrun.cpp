@@ -18,6 +18,8 @@
 
 #include "parc/Runtime/Checkpoint.h"
 #include "parc/Runtime/Executor.h"
+#include "parc/Runtime/Kernels.h"
+#include "parc/Plan/PlanJSON.h"
 #include "parc/Support/FileOutput.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -32,6 +34,11 @@
 using namespace llvm;
 
 namespace {
+
+void printVersion(raw_ostream &os) {
+  os << "parrun (" << parc::plan::CompilerVersion << ", plan format " << parc::plan::FormatVersion
+     << ")\n  CPU kernels on OpenBLAS's " << parc::runtime::cpu::blasCoreName() << " kernels\n";
+}
 
 enum class CommChoice { Default, Local, NCCL, MPI };
 
@@ -151,6 +158,7 @@ bool underMPILauncher() {
 
 int run(int argc, char **argv) {
   cl::HideUnrelatedOptions(parrunCategory);
+  cl::SetVersionPrinter(printVersion);
   if (!cl::ParseCommandLineOptions(argc, argv, "parrun: execute the rank plans of `parc -o`\n"))
     return 2;
   auto usage = [](const Twine &message) {
@@ -245,6 +253,7 @@ int run(int argc, char **argv) {
 } // namespace
 
 int main(int argc, char **argv) {
+  parc::runtime::cpu::restartOnMatchingBlasCore(argv);
   InitLLVM init(argc, argv);
   // A file-size limit (ulimit -f) makes a write fail with EFBIG, reported like a full disk,
   // instead of ending the process by SIGXFSZ with its outputs half-written.

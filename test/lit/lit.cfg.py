@@ -46,3 +46,18 @@ if lists_a_gpu():
     config.available_features.add("cuda-device")
 if getattr(config, "parc_cuda_backend", "OFF") == "ON":
     config.available_features.add("cuda-backend")
+
+# `x86-avx2`: the CPU has AVX2, so OpenBLAS has kernels for it better than its SSE3 fallback.
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+if "avx2" in cpu_flags():
+    config.available_features.add("x86-avx2")

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace parc::runtime::cpu {
 
@@ -37,6 +38,17 @@ enum class GradWrite { Overwrite, Add };
 /// machine. OpenBLAS itself is set to one thread: the kernels split their GEMMs themselves.
 void setKernelThreads(int64_t threads);
 int64_t kernelThreads();
+
+/// The core OpenBLAS runs its kernels for (openblas_get_corename: "SkylakeX", "Haswell", ...).
+std::string blasCoreName();
+/// The OPENBLAS_CORETYPE that this CPU's instruction sets call for when OpenBLAS fell back to
+/// its generic Prescott kernels for a CPU model it does not know (releases before 0.3.25 do,
+/// OpenBLAS#4267); empty when OpenBLAS's choice stands or OPENBLAS_CORETYPE is set already.
+std::string blasCoreCorrection();
+/// Starts the program again (exec, same pid and arguments) with OPENBLAS_CORETYPE set to
+/// blasCoreCorrection() when that is not empty; returns when there is nothing to correct or the
+/// restart failed (a warning on stderr). First thing in main: a restart repeats what came before.
+void restartOnMatchingBlasCore(char **argv);
 
 //===----------------------------------------------------------------------===//
 // Fills and copies (the executor's buffers: cleared gradients, reused arena blocks)

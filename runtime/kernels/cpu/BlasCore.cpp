@@ -1,0 +1,113 @@
+//===- BlasCore.cpp - The OpenBLAS kernels that match this CPU ------------===//
+//
+// Debian 12's OpenBLAS (0.3.21) is built with DYNAMIC_ARCH: when it is loaded it reads the
+// CPU's family and model and picks the kernels written for it. For a model it does not know
+// (every Intel CPU newer than the release, Emerald Rapids among them) it falls back to its
+// Prescott kernels, SSE3 only: 21 GFLOP/s on one core of a 2048^3 sgemm where SkylakeX's reach
+// 103 on the same core (parc_cpu_gemm_bench, docs/runtime.md). OpenBLAS 0.3.25 chooses by the
+// instruction sets instead (OpenMathLib/OpenBLAS#4267, #4268); this does the same for the
+// releases before it, through the OPENBLAS_CORETYPE variable that OpenBLAS documents.
+//
+//===----------------------------------------------------------------------===//
+
+#include "parc/Runtime/Kernels.h"
+
+#include <cblas.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace parc::runtime::cpu {
+
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+struct Registers {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+};
+
+bool cpuidLeaf(unsigned leaf, unsigned subleaf, Registers &r) {
+  return __get_cpuid_count(leaf, subleaf, &r.a, &r.b, &r.c, &r.d) != 0;
+}
+
+// The register state the OS saves on a context switch (XCR0): an instruction set the CPU has
+// but the OS does not save is one a kernel must not use.
+unsigned long long savedState() {
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<unsigned long long>(hi) << 32) | lo;
+}
+
+// OpenBLAS's own tests of the instruction sets (driver/others/dynamic.c: support_avx,
+// support_avx2, support_avx512, support_avx512_bf16), read from the same CPUID bits.
+const char *coreForInstructionSets() {
+  Registers basic;
+  if (!cpuidLeaf(1, 0, basic))
+    return nullptr;
+  bool osSavesYmm = (basic.c & (1u << 27)) && (savedState() & 0x6) == 0x6;
+  bool avx = osSavesYmm && (basic.c & (1u << 28));
+  if (!avx)
+    return nullptr;
+  Registers extended, extended1;
+  if (!cpuidLeaf(7, 0, extended))
+    return "SandyBridge";
+  bool avx2 = extended.b & (1u << 5);
+  bool avx512 = avx2 && (extended.b & (1u << 31)) && (savedState() & 0xe0) == 0xe0;
+  if (avx512 && cpuidLeaf(7, 1, extended1) && (extended1.a & (1u << 5)))
+    return "Cooperlake";
+  if (avx512)
+    return "SkylakeX";
+  return avx2 ? "Haswell" : "SandyBridge";
+}
+#else
+const char *coreForInstructionSets() { return nullptr; }
+#endif
+
+} // namespace
+
+std::string blasCoreName() {
+  const char *name = openblas_get_corename();
+  return name ? name : "unknown";
+}
+
+std::string blasCoreCorrection() {
+  if (std::getenv("OPENBLAS_CORETYPE"))
+    return "";
+  // Prescott is the fallback for a CPU OpenBLAS does not know; a core it chose by model, even
+  // an older one, stays.
+  if (blasCoreName() != "Prescott")
+    return "";
+  const char *core = coreForInstructionSets();
+  return core ? core : "";
+}
+
+void restartOnMatchingBlasCore(char **argv) {
+  // OpenBLAS picked its kernels when it was loaded, before main: only a process started with
+  // OPENBLAS_CORETYPE set gets others. exec keeps the process (its pid, an MPI launcher's
+  // environment), and the variable set makes the restarted one skip this.
+  std::string core = blasCoreCorrection();
+  if (core.empty() || setenv("OPENBLAS_CORETYPE", core.c_str(), 1) != 0)
+    return;
+  // The program's own path, not /proc/self/exe: the kernel names the process after the file
+  // exec'd, and ps, top and pkill know it as parrun.
+  char self[4096];
+  ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length > 0) {
+    self[length] = '\0';
+    execv(self, argv);
+  }
+  std::fprintf(stderr,
+               "%s: warning: could not restart with OpenBLAS's %s kernels (%s); its "
+               "Prescott kernels are slower\n",
+               argv[0], core.c_str(), std::strerror(errno));
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
+} // namespace parc::runtime::cpu
