@@ -1,14 +1,24 @@
 #!/bin/sh
 # parrun under mpirun (one process per rank) must train exactly as the local run: the
 # tp 2, pp 2, dp 2 plan in fp64 against the single-rank reference, and a wrong -np must fail
-# every rank with the world-size message, and a rank killed mid-run must end the job. Run by ctest (parrun_mpi), which passes the tools and
-# the launcher: mpi-equivalence.sh BIN_DIR -- MPIRUN [ARGS...] (without -np).
+# every rank with the world-size message, and a rank killed mid-run must end the job. Run by
+# ctest (parrun_mpi), which passes the tools and the launcher:
+#   mpi-equivalence.sh BIN_DIR -- MPIRUN [ARGS...] (without -np).
 set -eu
 bin=$1
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+launcher=
+# A check that fails while the million-step job runs must not leave its ranks training.
+cleanup() {
+  if [ -n "$launcher" ]; then
+    pkill -9 -P "$launcher" 2>/dev/null || true
+    kill -9 "$launcher" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
 
 "$bin/parc" "$here/Inputs/single.par" -o "$work/single" > /dev/null 2>&1
 "$bin/parc" "$here/Inputs/tp2-pp2-dp2.par" -o "$work/3d" > /dev/null 2>&1
@@ -36,9 +46,11 @@ victim=$(pgrep -P "$launcher" -x parrun | tail -n 1)
 started=$(date +%s)
 kill -9 "$victim"
 if wait "$launcher"; then
+  launcher=
   echo "the job exited 0 after one of its ranks was killed" >&2
   exit 1
 fi
+launcher=
 elapsed=$(( $(date +%s) - started ))
 [ "$elapsed" -le 40 ] || { echo "the job took ${elapsed} s to end after a rank died" >&2; exit 1; }
 echo "mpi runs match the local reference"
