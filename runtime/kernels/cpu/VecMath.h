@@ -19,10 +19,11 @@
 #include <cstdint>
 #include <cstring>
 
-// The loops over these functions also get an AVX2 clone beside the baseline (SSE2) one, which
-// the loader picks on a machine that has it (GCC and clang's target_clones). Neither clone
-// may fuse a multiply and an add (AVX2 does not imply FMA), so both round every operation
-// alike and their results are bit-identical; only the vectors are twice as wide. Sanitizer
+// The loops over these functions also get AVX-512 and AVX2 clones beside the baseline (SSE2)
+// one, and the loader picks the widest the machine has (GCC and clang's target_clones). No
+// clone may fuse a multiply and an add (the kernels build with -ffp-contract=off: both
+// compilers would fuse in the AVX-512 one), so all round every operation alike and their
+// results are bit-identical; only the vectors are two or four times as wide. Sanitizer
 // builds keep one version: their instrumentation runs before an ifunc resolver could.
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
@@ -31,7 +32,7 @@
 #endif
 #if defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__) &&               \
     !defined(PARC_NO_VECTOR_CLONES)
-#define PARC_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#define PARC_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define PARC_VECTOR_CLONES
 #endif
