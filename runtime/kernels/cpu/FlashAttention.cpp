@@ -64,13 +64,12 @@ double expRow(double *row, double shift, int64_t valid, int64_t cols) {
   return sum;
 }
 
-double expRow(float *row, double shift, int64_t valid, int64_t cols) {
-  float sum = 0, m = float(shift);
-#pragma omp simd reduction(+ : sum)
-  for (int64_t u = 0; u < valid; ++u) {
+PARC_VECTOR_CLONES double expRow(float *row, double shift, int64_t valid, int64_t cols) {
+  float m = float(shift);
+  float sum = detail::laneSum<float, 16>(valid, [&](int64_t u) {
     row[u] = detail::expf(row[u] - m);
-    sum += row[u];
-  }
+    return row[u];
+  });
   std::fill(row + valid, row + cols, 0.0f);
   return sum;
 }
@@ -166,8 +165,8 @@ void flashBackwardSlice(T *dq, T *dk, T *dv, const T *q, const T *k, const T *v,
         expRow(probs + r * cols, double(rowLse[q0 + r]), visibleKeys(q0 + r, k0, cols, causal),
                cols);
       // Query heads of one group share k and v, so their dk and dv add up (beta = 1).
-      gemmSerial(true, false, cols, headDim, tile.rows, T(1), probs, cols, dyTile, s.qStride,
-                 T(1), dv + s.kvOffset + k0 * s.kvStride, s.kvStride);
+      gemmSerial(true, false, cols, headDim, tile.rows, T(1), probs, cols, dyTile, s.qStride, T(1),
+                 dv + s.kvOffset + k0 * s.kvStride, s.kvStride);
       gemmSerial(false, true, tile.rows, cols, headDim, T(1), dyTile, s.qStride, vTileRows,
                  s.kvStride, T(0), dscores, cols);
       for (int64_t r = 0; r < tile.rows; ++r) {
@@ -216,8 +215,8 @@ void flashAttentionBackward(T *dq, T *dk, T *dv, const T *q, const T *k, const T
       for (int64_t h = kvHead * group; h < (kvHead + 1) * group; ++h) {
         HeadSlices s = headSlices(b, h, batch, heads, kvHeads, headDim);
         zeroRows(dq + s.qOffset, seq, headDim, s.qStride);
-        flashBackwardSlice(dq, dk, dv, q, k, v, y, lse + (b * heads + h) * seq, dy, s, seq,
-                           headDim, causal);
+        flashBackwardSlice(dq, dk, dv, q, k, v, y, lse + (b * heads + h) * seq, dy, s, seq, headDim,
+                           causal);
       }
     }
   });

@@ -41,12 +41,9 @@ double sumExpRow(const double *logits, double max, int64_t n) {
   return sum;
 }
 
-double sumExpRow(const float *logits, float max, int64_t n) {
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < n; ++j)
-    sum += double(detail::expf(logits[j] - max));
-  return sum;
+PARC_VECTOR_CLONES double sumExpRow(const float *logits, float max, int64_t n) {
+  return detail::laneSum<double, 16>(
+      n, [&](int64_t j) { return double(detail::expf(logits[j] - max)); });
 }
 
 // out[j] = (exp(logits[j] - max) / sum - [j == label]) * perToken of one row.
@@ -58,8 +55,8 @@ void softmaxGradRow(double *out, const double *logits, double max, double sum, i
   }
 }
 
-void softmaxGradRow(float *out, const float *logits, float max, float sum, int64_t label,
-                    double perToken, int64_t n) {
+PARC_VECTOR_CLONES void softmaxGradRow(float *out, const float *logits, float max, float sum,
+                                       int64_t label, double perToken, int64_t n) {
   float factor = float(perToken / double(sum));
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j)
@@ -76,9 +73,9 @@ void crossEntropyRowMax(T *rowMax, const T *logits, int64_t rows, int64_t localV
   int64_t valid = validColumns(localVocab, validVocab);
   detail::forRows(rows, localVocab, [&](int64_t first, int64_t last) {
     for (int64_t r = first; r < last; ++r)
-      rowMax[r] = valid == 0 ? -std::numeric_limits<T>::infinity()
-                             : *std::max_element(logits + r * localVocab,
-                                                 logits + r * localVocab + valid);
+      rowMax[r] = valid == 0
+                      ? -std::numeric_limits<T>::infinity()
+                      : *std::max_element(logits + r * localVocab, logits + r * localVocab + valid);
   });
 }
 

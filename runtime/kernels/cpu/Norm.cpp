@@ -19,27 +19,10 @@
 namespace parc::runtime::cpu {
 
 namespace {
-// A row's sums add into `lanes` partial sums that are then added in order: a
-// single running sum is a chain the compiler may not reorder, the lanes are
-// independent and vectorise, and they round alike in every clone (VecMath.h),
-// so the bits do not depend on the machine.
-constexpr int64_t lanes = 8;
-
+// A row's sums in double, in 8 fixed lanes (VecMath.h's laneSum).
 template <typename Term>
 [[gnu::always_inline]] inline double rowSum(int64_t dim, const Term &term) {
-  double part[lanes] = {};
-  int64_t i = 0;
-  for (; i + lanes <= dim; i += lanes) {
-#pragma omp simd
-    for (int64_t j = 0; j < lanes; ++j)
-      part[j] += term(i + j);
-  }
-  for (int64_t j = 0; i < dim; ++i, ++j)
-    part[j] += term(i);
-  double sum = 0;
-  for (double p : part)
-    sum += p;
-  return sum;
+  return detail::laneSum<double, 8>(dim, term);
 }
 
 struct RowStats {

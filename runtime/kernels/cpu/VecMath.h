@@ -30,7 +30,7 @@
 #define PARC_NO_VECTOR_CLONES 1
 #endif
 #endif
-#if defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__) &&               \
+#if defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__) &&                 \
     !defined(PARC_NO_VECTOR_CLONES)
 #define PARC_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -38,6 +38,27 @@
 #endif
 
 namespace parc::runtime::cpu::detail {
+
+/// sum of term(i) over i in [0, n), added into `Lanes` partial sums of type Acc that are then
+/// added in order. A single running sum is a chain the compiler may not reorder; the lanes are
+/// independent and vectorise, and their order is fixed by the code, not by the vector width,
+/// so every clone (and every machine) gets the same bits. `term` may store as it goes.
+template <typename Acc, int64_t Lanes, typename Term>
+[[gnu::always_inline]] inline Acc laneSum(int64_t n, const Term &term) {
+  Acc part[Lanes] = {};
+  int64_t i = 0;
+  for (; i + Lanes <= n; i += Lanes) {
+#pragma omp simd
+    for (int64_t j = 0; j < Lanes; ++j)
+      part[j] += term(i + j);
+  }
+  for (int64_t j = 0; i < n; ++i, ++j)
+    part[j] += term(i);
+  Acc sum = 0;
+  for (Acc p : part)
+    sum += p;
+  return sum;
+}
 
 inline float expf(float x) {
   // e^x = 2^n e^r, n = round(x / ln2), |r| <= ln2 / 2
