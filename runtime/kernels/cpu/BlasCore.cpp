@@ -93,21 +93,35 @@ void restartOnMatchingBlasCore(char **argv) {
   // OPENBLAS_CORETYPE set gets others. exec keeps the process (its pid, an MPI launcher's
   // environment), and the variable set makes the restarted one skip this.
   std::string core = blasCoreCorrection();
-  if (core.empty() || setenv("OPENBLAS_CORETYPE", core.c_str(), 1) != 0)
+  if (core.empty())
     return;
   // The program's own path, not /proc/self/exe: the kernel names the process after the file
   // exec'd, and ps, top and pkill know it as parrun.
   char self[4096];
   ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (length > 0) {
+  const char *problem = nullptr;
+  if (length <= 0) {
+    problem = std::strerror(errno);
+  } else {
     self[length] = '\0';
+    const char *name = std::strrchr(self, '/');
+    // A program started through its dynamic loader (scripts/gpu-check.sh runs the bundle's
+    // so): exec'ing that again would lose the loader's own arguments.
+    if (std::strncmp(name ? name + 1 : self, "ld-", 3) == 0)
+      problem = "started through the dynamic loader";
+    else if (setenv("OPENBLAS_CORETYPE", core.c_str(), 1) != 0)
+      problem = std::strerror(errno);
+  }
+  if (!problem) {
     execv(self, argv);
+    problem = std::strerror(errno);
+    unsetenv("OPENBLAS_CORETYPE");
   }
   std::fprintf(stderr,
-               "%s: warning: could not restart with OpenBLAS's %s kernels (%s); its "
-               "Prescott kernels are slower\n",
-               argv[0], core.c_str(), std::strerror(errno));
-  unsetenv("OPENBLAS_CORETYPE");
+               "%s: warning: OpenBLAS runs its Prescott kernels, slower than the %s ones this "
+               "CPU can run, and the program could not restart on those (%s); set "
+               "OPENBLAS_CORETYPE=%s\n",
+               argv[0], core.c_str(), problem, core.c_str());
 }
 
 } // namespace parc::runtime::cpu
