@@ -197,6 +197,14 @@ done
 note "ldd: every binary resolves ($glibc glibc)"
 started=$("$work/bin/parc" --version 2>&1) || die 2 "parc does not start: $started"
 note "start: $started"
+# Through the bundle's loader parrun cannot restart itself on the OpenBLAS kernels this CPU
+# calls for (OpenBLAS 0.3.21 falls back to Prescott on CPUs it does not know); it names them.
+blas_core=$("$work/bin/parrun" --version 2>&1 >/dev/null |
+  sed -n 's/.*set OPENBLAS_CORETYPE=\([A-Za-z]*\).*/\1/p')
+if [[ -n $blas_core ]]; then
+  export OPENBLAS_CORETYPE=$blas_core
+  note "blas: OPENBLAS_CORETYPE=$blas_core for the CPU runs (OpenBLAS chose Prescott)"
+fi
 if ((dry_run)); then
   note "dry run: the bundle is complete and resolves; on a GPU machine run scripts/gpu-check.sh"
   exit 0
