@@ -5,6 +5,7 @@
 #include "gtest/gtest.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 using namespace parc::runtime;
@@ -50,3 +51,18 @@ TEST(HostArena, OverwrittenBlocksKeepTheLastValuesOrArePoisoned) {
 }
 
 } // namespace
+
+TEST(HostArena, BlocksOfAHugePageOrMoreStartOnOne) {
+  // Where the transparent huge pages the arena asks for can back the whole block.
+  constexpr size_t hugePage = size_t(2) << 20;
+  HostArena arena;
+  for (size_t bytes : {hugePage, 3 * hugePage + 4096}) {
+    void *block = arena.allocate(MemoryCategory::Activations, bytes, Init::Zero);
+    ASSERT_NE(block, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % hugePage, 0u) << bytes;
+    arena.release(MemoryCategory::Activations, block, bytes);
+  }
+  void *small = arena.allocate(MemoryCategory::Activations, 4096, Init::Zero);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 64, 0u);
+  arena.release(MemoryCategory::Activations, small, 4096);
+}
