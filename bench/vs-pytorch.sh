@@ -238,7 +238,7 @@ fi
 how="each the median of steps 2..$steps"
 [[ $cpu_seconds == 1 ]] && how="each steps 3..$steps over their CPU seconds"
 # The GEMM rate parrun reaches depends on the OpenBLAS kernels it runs (docs/runtime.md).
-blas=$("$bin/parrun" --version 2>/dev/null | sed -n "s/.*OpenBLAS's \(.*\) kernels/\1/p")
+blas=$("$bin/parrun" --version 2>/dev/null | sed -n "s/.*OpenBLAS's \([A-Za-z0-9]*\) kernels.*/\1/p")
 echo "medians of $runs runs (min-max), $how; fp32; $(nproc) cores;" \
   "parrun on OpenBLAS's ${blas:-unnamed} kernels;" \
   "torch $("$python" -c 'import torch; print(torch.__version__)'); load average $(cut -d' ' -f1-3 /proc/loadavg)"

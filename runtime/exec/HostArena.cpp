@@ -19,16 +19,19 @@ size_t rounded(size_t bytes) { return (bytes + alignment - 1) / alignment * alig
 // (Linux gives them only on request when THP is in `madvise` mode, Debian's default): the
 // kernels stream through activations and gradients of hundreds of MiB, and with 4 KiB pages
 // every 4 KiB is a TLB miss; on the gemm model of bench/vs-pytorch.sh the GEMMs, the norms and
-// the optimizer all ran 6-15 % faster so (docs/runtime.md). Only whole huge pages inside the
-// block are advised, so no byte outside it is ever touched.
+// the optimizer all ran faster so (docs/runtime.md). Only the whole huge pages inside the block
+// are advised, so that the setting of the memory around it stays as it was.
 constexpr size_t hugePage = size_t(2) << 20;
 
 void *allocateBlock(size_t bytes) {
   if (bytes < hugePage)
     return std::aligned_alloc(alignment, bytes);
-  void *block = std::aligned_alloc(hugePage, bytes);
-  if (block)
-    madvise(block, bytes / hugePage * hugePage, MADV_HUGEPAGE); // advice: a refusal is harmless
+  // posix_memalign, since aligned_alloc wants the size a multiple of the alignment (C11; ASan
+  // enforces it), and rounding the size up would make the tail a huge page of its own.
+  void *block = nullptr;
+  if (posix_memalign(&block, hugePage, bytes) != 0)
+    return nullptr;
+  madvise(block, bytes / hugePage * hugePage, MADV_HUGEPAGE); // advice: a refusal is harmless
   return block;
 }
 } // namespace

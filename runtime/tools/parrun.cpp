@@ -16,10 +16,10 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "parc/Plan/PlanJSON.h"
 #include "parc/Runtime/Checkpoint.h"
 #include "parc/Runtime/Executor.h"
 #include "parc/Runtime/Kernels.h"
-#include "parc/Plan/PlanJSON.h"
 #include "parc/Support/FileOutput.h"
 
 #include "llvm/Support/CommandLine.h"
@@ -37,7 +37,11 @@ namespace {
 
 void printVersion(raw_ostream &os) {
   os << "parrun (" << parc::plan::CompilerVersion << ", plan format " << parc::plan::FormatVersion
-     << ")\n  CPU kernels on OpenBLAS's " << parc::runtime::cpu::blasCoreName() << " kernels\n";
+     << ")\n  CPU kernels on OpenBLAS's " << parc::runtime::cpu::blasCoreName() << " kernels";
+  std::string wanted = parc::runtime::cpu::blasCoreForInstructionSets();
+  if (!wanted.empty())
+    os << " (this CPU's instruction sets call for " << wanted << ")";
+  os << "\n";
 }
 
 enum class CommChoice { Default, Local, NCCL, MPI };

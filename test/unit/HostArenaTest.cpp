@@ -6,7 +6,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 
 using namespace parc::runtime;
 
@@ -50,19 +53,44 @@ TEST(HostArena, OverwrittenBlocksKeepTheLastValuesOrArePoisoned) {
   poisoned.release(MemoryCategory::Activations, block, 64 * sizeof(float));
 }
 
-} // namespace
+// Whether the kernel offers transparent huge pages on request (THP in `always` or `madvise`).
+bool hugePagesOnRequest() {
+  std::ifstream setting("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  return std::getline(setting, line) && line.find("[never]") == std::string::npos;
+}
 
-TEST(HostArena, BlocksOfAHugePageOrMoreStartOnOne) {
-  // Where the transparent huge pages the arena asks for can back the whole block.
+// The VmFlags of the mapping that holds `address` (/proc/self/smaps), empty if none is found.
+std::string mappingFlags(const void *address) {
+  std::ifstream smaps("/proc/self/smaps");
+  auto where = reinterpret_cast<uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long begin = 0, end = 0; // a mapping's line starts "begin-end perms ..."
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2)
+      inside = where >= begin && where < end;
+    else if (inside && line.rfind("VmFlags:", 0) == 0)
+      return line;
+  }
+  return "";
+}
+
+TEST(HostArena, BlocksOfAHugePageOrMoreStartOnOneAndAskForHugePages) {
   constexpr size_t hugePage = size_t(2) << 20;
   HostArena arena;
   for (size_t bytes : {hugePage, 3 * hugePage + 4096}) {
     void *block = arena.allocate(MemoryCategory::Activations, bytes, Init::Zero);
     ASSERT_NE(block, nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(block) % hugePage, 0u) << bytes;
+    if (hugePagesOnRequest()) {
+      EXPECT_NE(mappingFlags(block).find(" hg"), std::string::npos)
+          << bytes << ": " << mappingFlags(block);
+    }
     arena.release(MemoryCategory::Activations, block, bytes);
   }
   void *small = arena.allocate(MemoryCategory::Activations, 4096, Init::Zero);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 64, 0u);
   arena.release(MemoryCategory::Activations, small, 4096);
 }
+
+} // namespace

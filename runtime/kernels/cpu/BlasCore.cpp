@@ -1,12 +1,17 @@
 //===- BlasCore.cpp - The OpenBLAS kernels that match this CPU ------------===//
 //
 // Debian 12's OpenBLAS (0.3.21) is built with DYNAMIC_ARCH: when it is loaded it reads the
-// CPU's family and model and picks the kernels written for it. For a model it does not know
-// (every Intel CPU newer than the release, Emerald Rapids among them) it falls back to its
-// Prescott kernels, SSE3 only: 21 GFLOP/s on one core of a 2048^3 sgemm where SkylakeX's reach
-// 103 on the same core (parc_cpu_gemm_bench, docs/runtime.md). OpenBLAS 0.3.25 chooses by the
-// instruction sets instead (OpenMathLib/OpenBLAS#4267, #4268); this does the same for the
-// releases before it, through the OPENBLAS_CORETYPE variable that OpenBLAS documents.
+// CPU's family and model and picks the kernels written for it. Intel models it does not know
+// from extended model 0xB on (Emerald Rapids, family 6 model 207, among them) fall through its
+// switch to its Prescott kernels, SSE3 only: 21 GFLOP/s on one core of a 2048^3 sgemm where
+// SkylakeX's reach 103 on the same core (parc_cpu_gemm_bench, docs/runtime.md). OpenBLAS 0.3.25
+// closed that and chooses by the instruction sets (OpenMathLib/OpenBLAS#4267, #4268); this does
+// the same for the releases before it, through the OPENBLAS_CORETYPE variable it documents.
+//
+// Where a restart does not happen: a program started through its dynamic loader (recognised by
+// the name ld-*; exec would lose the loader's arguments) warns instead; under valgrind without
+// --trace-children the restarted process runs outside valgrind; an OpenBLAS built for Prescott
+// alone pays one exec per start and keeps its kernels (the variable then stops a second one).
 //
 //===----------------------------------------------------------------------===//
 
@@ -57,20 +62,27 @@ const char *coreForInstructionSets() {
     return nullptr;
   Registers extended, extended1;
   if (!cpuidLeaf(7, 0, extended))
-    return "SandyBridge";
+    return "Sandybridge";
+  // AVX-512 only with AVX2: OpenBLAS's support_avx512 computes that condition but does not act
+  // on it; its AVX-512 kernels use AVX2 instructions too.
   bool avx2 = extended.b & (1u << 5);
   bool avx512 = avx2 && (extended.b & (1u << 31)) && (savedState() & 0xe0) == 0xe0;
   if (avx512 && cpuidLeaf(7, 1, extended1) && (extended1.a & (1u << 5)))
     return "Cooperlake";
   if (avx512)
     return "SkylakeX";
-  return avx2 ? "Haswell" : "SandyBridge";
+  return avx2 ? "Haswell" : "Sandybridge";
 }
 #else
 const char *coreForInstructionSets() { return nullptr; }
 #endif
 
 } // namespace
+
+std::string blasCoreForInstructionSets() {
+  const char *core = coreForInstructionSets();
+  return core ? core : "";
+}
 
 std::string blasCoreName() {
   const char *name = openblas_get_corename();
@@ -84,8 +96,7 @@ std::string blasCoreCorrection() {
   // an older one, stays.
   if (blasCoreName() != "Prescott")
     return "";
-  const char *core = coreForInstructionSets();
-  return core ? core : "";
+  return blasCoreForInstructionSets();
 }
 
 void restartOnMatchingBlasCore(char **argv) {
@@ -95,13 +106,15 @@ void restartOnMatchingBlasCore(char **argv) {
   std::string core = blasCoreCorrection();
   if (core.empty())
     return;
-  // The program's own path, not /proc/self/exe: the kernel names the process after the file
-  // exec'd, and ps, top and pkill know it as parrun.
+  // Exec the file /proc/self/exe points to, not the link: the kernel names the process after
+  // the path exec'd, and ps, top and pgrep -x (mpi-equivalence.sh) would see "exe".
   char self[4096];
   ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
   const char *problem = nullptr;
   if (length <= 0) {
     problem = std::strerror(errno);
+  } else if (size_t(length) >= sizeof(self) - 1) {
+    problem = "its path is too long";
   } else {
     self[length] = '\0';
     const char *name = std::strrchr(self, '/');

@@ -45,7 +45,7 @@ template <typename T>
 }
 
 // Rows [first, last) of each kernel, one function per kernel and type so that
-// the float ones get their AVX2 clones (clang clones no templates).
+// the float ones get their AVX-512 and AVX2 clones (clang clones no templates).
 template <typename T>
 [[gnu::always_inline]] inline void layerNormRows(T *y, const T *x, const T *weight, const T *bias,
                                                  int64_t first, int64_t last, int64_t dim,

@@ -37,7 +37,8 @@ template <typename T>
   }
 }
 
-// By overload, the float one with its AVX2 clone (VecMath.h; clang clones no templates).
+// By overload, the float one with its AVX-512 and AVX2 clones (VecMath.h; clang clones no
+// templates).
 PARC_VECTOR_CLONES void adamwRange(float *param, const float *grad, float *m, float *v,
                                    int64_t begin, int64_t end, const AdamWTerms &terms) {
   adamwElements(param, grad, m, v, begin, end, terms);

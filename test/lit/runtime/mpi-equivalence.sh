@@ -19,6 +19,8 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+# dash runs no EXIT trap when a signal ends it (ctest's timeout, ^C): exit, and so clean up.
+trap 'exit 1' INT TERM HUP
 
 "$bin/parc" "$here/Inputs/single.par" -o "$work/single" > /dev/null 2>&1
 "$bin/parc" "$here/Inputs/tp2-pp2-dp2.par" -o "$work/3d" > /dev/null 2>&1

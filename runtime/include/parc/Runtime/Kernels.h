@@ -41,6 +41,9 @@ int64_t kernelThreads();
 
 /// The core OpenBLAS runs its kernels for (openblas_get_corename: "SkylakeX", "Haswell", ...).
 std::string blasCoreName();
+/// The OpenBLAS core this CPU's instruction sets call for, by OpenBLAS's own tests of them
+/// (Cooperlake, SkylakeX, Haswell, Sandybridge); empty without AVX or off x86.
+std::string blasCoreForInstructionSets();
 /// The OPENBLAS_CORETYPE that this CPU's instruction sets call for when OpenBLAS fell back to
 /// its generic Prescott kernels for a CPU model it does not know (releases before 0.3.25 do,
 /// OpenBLAS#4267); empty when OpenBLAS's choice stands or OPENBLAS_CORETYPE is set already.
