@@ -13,7 +13,6 @@
 #include "parc/Support/CheckedInt.h"
 #include "parc/Support/Limits.h"
 
-
 #include <algorithm>
 
 namespace parc::rules {

@@ -31,9 +31,8 @@
 
 namespace parc::runtime::cpu {
 
-namespace {
-
 #if defined(__x86_64__) || defined(__i386__)
+namespace {
 struct Registers {
   unsigned a = 0, b = 0, c = 0, d = 0;
 };
@@ -50,16 +49,18 @@ unsigned long long savedState() {
   return (static_cast<unsigned long long>(hi) << 32) | lo;
 }
 
+} // namespace
+
 // OpenBLAS's own tests of the instruction sets (driver/others/dynamic.c: support_avx,
 // support_avx2, support_avx512, support_avx512_bf16), read from the same CPUID bits.
-const char *coreForInstructionSets() {
+std::string blasCoreForInstructionSets() {
   Registers basic;
   if (!cpuidLeaf(1, 0, basic))
-    return nullptr;
+    return "";
   bool osSavesYmm = (basic.c & (1u << 27)) && (savedState() & 0x6) == 0x6;
   bool avx = osSavesYmm && (basic.c & (1u << 28));
   if (!avx)
-    return nullptr;
+    return "";
   Registers extended, extended1;
   if (!cpuidLeaf(7, 0, extended))
     return "Sandybridge";
@@ -74,21 +75,17 @@ const char *coreForInstructionSets() {
   return avx2 ? "Haswell" : "Sandybridge";
 }
 #else
-const char *coreForInstructionSets() { return nullptr; }
+std::string blasCoreForInstructionSets() { return ""; }
 #endif
-
-} // namespace
-
-std::string blasCoreForInstructionSets() {
-  const char *core = coreForInstructionSets();
-  return core ? core : "";
-}
 
 std::string blasCoreName() {
   const char *name = openblas_get_corename();
   return name ? name : "unknown";
 }
 
+namespace {
+// The OPENBLAS_CORETYPE to restart with: empty when OpenBLAS's choice stands or the variable is
+// set already.
 std::string blasCoreCorrection() {
   if (std::getenv("OPENBLAS_CORETYPE"))
     return "";
@@ -98,6 +95,7 @@ std::string blasCoreCorrection() {
     return "";
   return blasCoreForInstructionSets();
 }
+} // namespace
 
 void restartOnMatchingBlasCore(char **argv) {
   // OpenBLAS picked its kernels when it was loaded, before main: only a process started with
@@ -118,8 +116,8 @@ void restartOnMatchingBlasCore(char **argv) {
   } else {
     self[length] = '\0';
     const char *name = std::strrchr(self, '/');
-    // A program started through its dynamic loader (scripts/gpu-check.sh runs the bundle's
-    // so): exec'ing that again would lose the loader's own arguments.
+    // A program started through its dynamic loader (scripts/gpu-check.sh starts them through
+    // the bundle's ld.so): exec'ing that again would lose the loader's own arguments.
     if (std::strncmp(name ? name + 1 : self, "ld-", 3) == 0)
       problem = "started through the dynamic loader";
     else if (setenv("OPENBLAS_CORETYPE", core.c_str(), 1) != 0)

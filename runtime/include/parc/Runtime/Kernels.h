@@ -44,13 +44,11 @@ std::string blasCoreName();
 /// The OpenBLAS core this CPU's instruction sets call for, by OpenBLAS's own tests of them
 /// (Cooperlake, SkylakeX, Haswell, Sandybridge); empty without AVX or off x86.
 std::string blasCoreForInstructionSets();
-/// The OPENBLAS_CORETYPE that this CPU's instruction sets call for when OpenBLAS fell back to
-/// its generic Prescott kernels for a CPU model it does not know (releases before 0.3.25 do,
-/// OpenBLAS#4267); empty when OpenBLAS's choice stands or OPENBLAS_CORETYPE is set already.
-std::string blasCoreCorrection();
 /// Starts the program again (exec, same pid and arguments) with OPENBLAS_CORETYPE set to
-/// blasCoreCorrection() when that is not empty; returns when there is nothing to correct or the
-/// restart failed (a warning on stderr). First thing in main: a restart repeats what came before.
+/// blasCoreForInstructionSets() when OpenBLAS fell back to its generic Prescott kernels for a
+/// CPU model it does not know (releases before 0.3.25 do, OpenBLAS#4267) and the variable is
+/// not set already; returns when there is nothing to correct or the restart failed (a warning
+/// on stderr). First thing in main: a restart repeats what came before.
 void restartOnMatchingBlasCore(char **argv);
 
 //===----------------------------------------------------------------------===//
