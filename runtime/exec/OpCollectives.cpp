@@ -57,10 +57,12 @@ template <typename D> void OpInterpreter<D>::executeCollective(Context &ctx) {
   const plan::Op &op = ctx.op;
   switch (op.kind) {
   case OpKind::AllReduce: {
-    Operand x = in(ctx, 0), y = out(ctx, 0, false);
+    // Reduced in the input's storage when the input dies here, as it mostly does.
+    Operand x = in(ctx, 0), y = outOver(ctx, 0, 0);
     if (x.numel() != y.numel())
       opError("all_reduce's output differs in size from its input");
-    dev.copy(y.data, x.data, x.numel());
+    if (y.data != x.data)
+      dev.copy(y.data, x.data, x.numel());
     comm.allReduce(group(op), y.data, size_t(y.numel()));
     return;
   }

@@ -435,8 +435,8 @@ template <typename D> void OpInterpreter<D>::executeBackward(Context &ctx) {
                        cpu::GradWrite::Add, cpu::GradWrite::Add);
     return;
   }
-  case OpKind::BiasAddBwd: {
-    Operand dy = in(ctx, 0), dx = out(ctx, 0, false), dbias = out(ctx, 1, true);
+  case OpKind::BiasAddBwd: { // dx is dy, so it takes dy's storage when dy dies here
+    Operand dy = in(ctx, 0), dx = outOver(ctx, 0, 0), dbias = out(ctx, 1, true);
     dev.biasAddBackward(dx.data, dbias.data, dy.data, dy.numel() / dbias.numel(), dbias.numel());
     return;
   }
@@ -479,8 +479,8 @@ template <typename D> void OpInterpreter<D>::executeBackward(Context &ctx) {
     dev.swigluBackward(dgate.data, dup.data, gate.data, up.data, dy.data, gate.numel() / ffn, ffn);
     return;
   }
-  case OpKind::ResidualAddBwd: {
-    Operand dy = in(ctx, 0), da = out(ctx, 0, false), db = out(ctx, 1, false);
+  case OpKind::ResidualAddBwd: { // da is dy, as is db: one of them can be dy's storage
+    Operand dy = in(ctx, 0), da = outOver(ctx, 0, 0), db = out(ctx, 1, false);
     dev.residualAddBackward(da.data, db.data, dy.data, dy.numel());
     return;
   }

@@ -84,10 +84,12 @@ template <typename T> void residualAddForward(T *y, const T *a, const T *b, int6
 }
 
 template <typename T> void residualAddBackward(T *da, T *db, const T *dy, int64_t n) {
-  // da = db = dy
+  // da = db = dy; either may be dy itself
   detail::forElements(n, [&](int64_t begin, int64_t end) {
-    std::copy(dy + begin, dy + end, da + begin);
-    std::copy(dy + begin, dy + end, db + begin);
+    if (da != dy)
+      std::copy(dy + begin, dy + end, da + begin);
+    if (db != dy)
+      std::copy(dy + begin, dy + end, db + begin);
   });
 }
 

@@ -141,7 +141,7 @@ template <typename T> void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t
 
 /// y = a + b.
 template <typename T> void residualAddForward(T *y, const T *a, const T *b, int64_t n);
-/// da = db = dy.
+/// da = db = dy. Either may be dy (in place).
 template <typename T> void residualAddBackward(T *da, T *db, const T *dy, int64_t n);
 
 //===----------------------------------------------------------------------===//

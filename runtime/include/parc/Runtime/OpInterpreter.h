@@ -24,8 +24,8 @@
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 
-#include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace parc::runtime {
@@ -38,10 +38,12 @@ struct RowCounts {
 };
 
 /// The tensors of one (chunk, microbatch) between its forward and its backward.
+/// Hashed, not ordered: every operand and output of every op is looked up here, and nothing
+/// walks the tensors in order.
 template <typename T> struct ChunkEnv {
-  std::map<std::string, Tensor<T>> values;
-  std::map<std::string, Tensor<int64_t>> ids; // tokens and labels
-  std::map<std::string, RowCounts> counts;
+  std::unordered_map<std::string, Tensor<T>> values;
+  std::unordered_map<std::string, Tensor<int64_t>> ids; // tokens and labels
+  std::unordered_map<std::string, RowCounts> counts;
 
   bool has(const std::string &name) const {
     return values.count(name) || ids.count(name) || counts.count(name);
