@@ -241,4 +241,4 @@ how="each the median of steps 2..$steps"
 blas=$("$bin/parrun" --version 2>/dev/null | sed -n "s/.*OpenBLAS's \([A-Za-z0-9]*\) kernels.*/\1/p")
 echo "medians of $runs runs (min-max), $how; fp32; $(nproc) cores;" \
   "parrun on OpenBLAS's ${blas:-unnamed} kernels;" \
-  "torch $("$python" -c 'import torch; print(torch.__version__)'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  "torch $("$python" -W 'ignore:Failed to initialize NumPy' -c 'import torch; print(torch.__version__)'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
