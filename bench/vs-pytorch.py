@@ -8,13 +8,8 @@ accumulated to the global batch, fp32. Prints one line per step: `step N seconds
 import argparse
 import math
 import time
-import warnings
 
-# torch's wheel warns at import when numpy is absent; nothing here uses numpy (the venv has
-# none).
-warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
-
-import torch  # noqa: E402
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 

@@ -76,6 +76,8 @@ if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import torch' 2> /dev
   fi
 fi
 python=$venv/bin/python
+# torch warns at import when numpy is absent; the venv has none and nothing here uses it.
+export PYTHONWARNINGS="ignore:Failed to initialize NumPy"
 
 # shellcheck source=bench/common.sh
 source "$root/bench/common.sh"
@@ -241,4 +243,4 @@ how="each the median of steps 2..$steps"
 blas=$("$bin/parrun" --version 2>/dev/null | sed -n "s/.*OpenBLAS's \([A-Za-z0-9]*\) kernels.*/\1/p")
 echo "medians of $runs runs (min-max), $how; fp32; $(nproc) cores;" \
   "parrun on OpenBLAS's ${blas:-unnamed} kernels;" \
-  "torch $("$python" -W 'ignore:Failed to initialize NumPy' -c 'import torch; print(torch.__version__)'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  "torch $("$python" -c 'import torch; print(torch.__version__)'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
