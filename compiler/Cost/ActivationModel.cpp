@@ -28,12 +28,12 @@ struct BlockShape {
   double sb, h, q, kv, f, heads, s, b, e, r; // r: 1/t for sequence-split tensors, else 1
   bool swiglu, flash, dropout, ring;
   // A MoE block: f is its shared experts' width; `experts` what its routed experts keep for
-  // the balanced share of rows, `expertRows` of `expertFfn` columns each; `slots` the top-k
+  // `expertRows` rows (ExpertLoad's share) of `expertFfn` columns each; `slots` the top-k
   // slots of the block's tokens, whose returned expert outputs the combine reads.
   double experts = 0, expertRows = 0, expertFfn = 0, slots = 0;
 
   BlockShape(const ModelSpec &model, const LayerGroup &block, int64_t microBatch, int64_t tp,
-             bool sequenceParallel, bool ring)
+             bool sequenceParallel, bool ring, ExpertLoad load)
       : ring(ring) {
     const double t = double(tp), d = double(headDim(model, block));
     s = double(model.seq);
@@ -51,7 +51,8 @@ struct BlockShape {
     flash = model.attention == Attention::Flash;
     dropout = model.dropout > 0;
     if (block.moe.enabled()) {
-      expertRows = parc::expertRows(block.moe, sb, 1).expected;
+      ExpertRows rows = parc::expertRows(block.moe, sb, load.ep);
+      expertRows = load.worst ? rows.bound : rows.expected;
       expertFfn = double(block.moe.ffn) / t;
       experts = expertActivationBytes(model, block, sb, expertRows, tp);
       slots = sb * double(block.moe.topK);
@@ -83,8 +84,9 @@ struct BlockShape {
 } // namespace
 
 double blockActivationBytes(const ModelSpec &model, const LayerGroup &block, int64_t microBatch,
-                            int64_t tp, Recompute recompute, bool sequenceParallel, bool ring) {
-  BlockShape x(model, block, microBatch, tp, sequenceParallel, ring);
+                            int64_t tp, Recompute recompute, bool sequenceParallel, bool ring,
+                            ExpertLoad load) {
+  BlockShape x(model, block, microBatch, tp, sequenceParallel, ring, load);
   if (recompute == Recompute::Full)
     return x.e * x.sb * x.h * x.r; // only the block's input survives the forward
   double kept = x.keptWithoutRecompute();
@@ -96,8 +98,8 @@ double blockActivationBytes(const ModelSpec &model, const LayerGroup &block, int
 
 double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &block,
                                    int64_t microBatch, int64_t tp, Recompute recompute,
-                                   bool sequenceParallel, bool ring) {
-  BlockShape x(model, block, microBatch, tp, sequenceParallel, ring);
+                                   bool sequenceParallel, bool ring, ExpertLoad load) {
+  BlockShape x(model, block, microBatch, tp, sequenceParallel, ring, load);
   // The MLP's backward is the widest moment: the down projection's input gradient (sbf) beside
   // the gradient it reads (whole over the sequence) and the residual's skip gradient; SwiGLU's
   // backward then holds the gate and up gradients at once.
@@ -140,54 +142,6 @@ double expertActivationBytes(const ModelSpec &model, const LayerGroup &block, do
 }
 
 namespace {
-/// f(block, tokens, rows) for each MoE block of [first, last): the tokens a cp rank routes (its
-/// seq / cp positions) and the rows the ep group's all-to-all sends it.
-template <typename F>
-void forEachExpertBlock(const Program &program, const Mapping &mapping, int64_t first, int64_t last,
-                        const F &f) {
-  const ModelSpec &model = program.model;
-  const double tokens = double(model.seq / mapping.cp) * double(mapping.microBatch);
-  for (int64_t i = first; i < last; ++i) {
-    const LayerGroup &block = model.blockGroup(i);
-    if (block.moe.enabled())
-      f(block, tokens, expertRows(block.moe, tokens, mapping.ep));
-  }
-}
-} // namespace
-
-double expertWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
-                            int64_t last) {
-  if (program.parallel.recompute == Recompute::Full)
-    return 0;
-  double extra = 0;
-  forEachExpertBlock(
-      program, mapping, first, last, [&](const LayerGroup &block, double tokens, ExpertRows rows) {
-        const ModelSpec &model = program.model;
-        extra += expertActivationBytes(model, block, tokens, rows.bound, mapping.tp) -
-                 expertActivationBytes(model, block, tokens, rows.expected, mapping.tp);
-      });
-  return extra;
-}
-
-double expertBackwardWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
-                                    int64_t last) {
-  const ModelSpec &model = program.model;
-  const bool full = program.parallel.recompute == Recompute::Full;
-  double widest = 0;
-  forEachExpertBlock(
-      program, mapping, first, last, [&](const LayerGroup &block, double tokens, ExpertRows rows) {
-        // The down projection's gradients (blockBackwardTransientBytes's `down`), and under
-        // full recompute the rebuilt rows and MLP intermediates before them.
-        auto atRows = [&](double r) {
-          return expertDownGradientBytes(model, block, r, mapping.tp) +
-                 (full ? expertActivationBytes(model, block, tokens, r, mapping.tp) : 0);
-        };
-        widest = std::max(widest, atRows(rows.bound) - atRows(rows.expected));
-      });
-  return widest;
-}
-
-namespace {
 /// The head's kept tensors per microbatch: the final norm's input and output (split under
 /// sequence parallelism), the fp32 logits of this rank's vocabulary shard, the labels and the
 /// loss.
@@ -214,7 +168,7 @@ double headTransientBytes(const ModelSpec &model, int64_t microBatch, int64_t tp
 } // namespace
 
 double stageActivationBytes(const Program &program, const Mapping &mapping, int64_t stage,
-                            const std::vector<int64_t> &inFlight) {
+                            const std::vector<int64_t> &inFlight, bool worstRouting) {
   // Context parallelism splits every activation along the sequence: a cp rank's tensors are
   // those of its seq / cp positions (ring attention keeps no scores, only each row's
   // logsumexp), so the model below is the rank's share of the sequence.
@@ -231,6 +185,7 @@ double stageActivationBytes(const Program &program, const Mapping &mapping, int6
   const double e = double(bytesPerElement(model.dtype));
   const int64_t virtualStages = mapping.pp * mapping.chunks;
   const bool ring = mapping.cp > 1;
+  const ExpertLoad load{worstRouting, mapping.ep};
 
   std::vector<double> kept, transient;
   double held = 0;
@@ -240,11 +195,11 @@ double stageActivationBytes(const Program &program, const Mapping &mapping, int6
     double chunkKept = 0, chunkTransient = 0;
     for (int64_t i = first; i < last; ++i) {
       const LayerGroup &block = model.blockGroup(i);
-      chunkKept +=
-          blockActivationBytes(model, block, mb, tp, par.recompute, par.sequenceParallel, ring);
+      chunkKept += blockActivationBytes(model, block, mb, tp, par.recompute, par.sequenceParallel,
+                                        ring, load);
       chunkTransient =
           std::max(chunkTransient, blockBackwardTransientBytes(model, block, mb, tp, par.recompute,
-                                                               par.sequenceParallel, ring));
+                                                               par.sequenceParallel, ring, load));
     }
     if (virtualStage == 0) // the token ids, and with dropout the embedding's 1-byte mask
       chunkKept += 8 * sb + (model.dropout > 0 ? sb * double(model.hidden) * r : 0);

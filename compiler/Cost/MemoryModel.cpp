@@ -350,7 +350,6 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
     std::vector<int64_t> inFlight =
         microbatchesInFlight(par.schedule, mapping.pp, stage, mapping.microbatches, mapping.chunks);
     StateFamily dense{policy, {}}, experts{zeroPolicy(par, mapping.expertDp()), {}};
-    double backwardWorstCase = 0; // one block's backward at a time, whichever chunk it is in
     for (int64_t chunk = 0; chunk < mapping.chunks; ++chunk) {
       auto [first, last] = mapping.partition.range(stage, chunk);
       const int64_t virtualStage = chunk * mapping.pp + stage;
@@ -358,14 +357,9 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
       experts.chunks.push_back(expertUnits(program.model, mapping, virtualStage));
       for (const ParamUnit &unit : experts.chunks.back())
         m.expertParamsPerRank += unit.elements;
-      m.expertWorstCase +=
-          double(inFlight[size_t(chunk)]) * expertWorstCaseBytes(program, mapping, first, last);
-      backwardWorstCase =
-          std::max(backwardWorstCase, expertBackwardWorstCaseBytes(program, mapping, first, last));
       m.blocks += last - first;
       m.inFlight += inFlight[size_t(chunk)];
     }
-    m.expertWorstCase += backwardWorstCase;
     StepEndReductions stepEnd;
     addModelStates(program, mapping, dense, m, stepEnd);
     if (program.model.hasExperts())
@@ -384,6 +378,10 @@ MemoryEstimate estimateMemory(const Program &program, const Mapping &mapping) {
     }
     m.gradBuffers += gradPeak * stateBytesPerParam(program).grad;
     m.activations = stageActivationBytes(program, mapping, stage, inFlight);
+    if (program.model.hasExperts())
+      m.expertWorstCase =
+          stageActivationBytes(program, mapping, stage, inFlight, /*worstRouting=*/true) -
+          m.activations;
     m.reserve = double(program.cluster.gpuReserve);
     est.stages.push_back(m);
   }

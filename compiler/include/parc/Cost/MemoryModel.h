@@ -97,6 +97,13 @@ struct ExpertRows {
   double expected = 0, bound = 0;
 };
 ExpertRows expertRows(const MoESpec &moe, double tokens, int64_t ep);
+/// Which of ExpertRows a MoE block's activations are counted at: the balanced share
+/// (`expected`), or with `worst` as many rows as the all-to-all of an `ep` group can deliver
+/// (`bound`), which parrun's static buffers hold whatever the router does.
+struct ExpertLoad {
+  bool worst = false;
+  int64_t ep = 1;
+};
 
 /// The parameter units of virtual stage `virtualStage` as one tp rank holds them, in the order
 /// the backward finishes their gradients: the head (its own matrix, or a tied head's copy on a
@@ -135,33 +142,25 @@ StateBytesPerParam stateBytesPerParam(const Program &program);
 /// the rank's share of the sequence).
 double blockActivationBytes(const ModelSpec &model, const LayerGroup &block, int64_t microBatch,
                             int64_t tp, Recompute recompute, bool sequenceParallel,
-                            bool ring = false);
+                            bool ring = false, ExpertLoad load = {});
 /// The bytes one block's backward holds above the kept activations, per microbatch on one tp
 /// rank: its widest moment (the MLP's gradients) and, with full recompute, the rebuilt forward.
 double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &block,
                                    int64_t microBatch, int64_t tp, Recompute recompute,
-                                   bool sequenceParallel, bool ring = false);
+                                   bool sequenceParallel, bool ring = false,
+                                   ExpertLoad load = {});
 /// The peak activation bytes of pipeline stage `stage` with inFlight[c] forwards of chunk c
-/// held: every kept tensor plus the transient buffers of the first backward.
+/// held: every kept tensor plus the transient buffers of the first backward. MoE blocks count
+/// at the balanced rows, or with `worstRouting` at the mapping's ExpertRows::bound, each moment
+/// of their backward included.
 double stageActivationBytes(const Program &program, const Mapping &mapping, int64_t stage,
-                            const std::vector<int64_t> &inFlight);
+                            const std::vector<int64_t> &inFlight, bool worstRouting = false);
 
 /// The part of a MoE block's activations that depends on how many expert rows a rank holds
 /// (`rows`, ExpertRows): the router's outputs for the microbatch's `tokens` and the expert
 /// MLP's per row.
 double expertActivationBytes(const ModelSpec &model, const LayerGroup &block, double tokens,
                              double rows, int64_t tp);
-/// What the MoE blocks [first, last) keep beyond blockActivationBytes per microbatch when the
-/// router sends a rank as many rows as the all-to-all can deliver (ExpertRows::bound) rather
-/// than its balanced share; 0 under full recompute, which keeps only the blocks' inputs.
-double expertWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
-                            int64_t last);
-/// What the backward of the widest MoE block of [first, last) holds beyond the balanced rows,
-/// its buffers being static at ExpertRows::bound: the down projection's gradients, and under
-/// full recompute the rebuilt expert rows and MLP intermediates; one block at a time.
-double expertBackwardWorstCaseBytes(const Program &program, const Mapping &mapping, int64_t first,
-                                   int64_t last);
-
 /// How many forward passes of each model chunk a stage holds at its peak: entry c counts the
 /// in-flight microbatches of chunk c. GPipe keeps all M; 1F1B min(pp - stage, M); interleaved
 /// Megatron's warm-up count plus the one running, walked through the chunks in schedule order.
@@ -174,9 +173,9 @@ struct StageMemory {
   int64_t blocks = 0;        // transformer blocks on the stage, all chunks
   int64_t paramsPerRank = 0; // parameters one rank owns before ZeRO sharding
   int64_t expertParamsPerRank = 0; // of which experts, sharded by ZeRO over expert dp
-  /// Activations beyond `activations` when routing is as unbalanced as dropless allows:
-  /// every in-flight microbatch's expert tokens at ExpertRows::bound rather than expected, and
-  /// the widest block's backward at the bound.
+  /// Activations beyond `activations` when routing is as unbalanced as dropless allows: the
+  /// stage's peak with every MoE block at ExpertRows::bound rather than expected, its in-flight
+  /// microbatches' expert rows and each moment of its backward.
   double expertWorstCase = 0;
   int64_t inFlight = 0;      // microbatches whose activations the stage keeps at its peak
   /// Weights, gradients and optimizer state as ZeRO shards them (ZeroPolicy.h); for ZeRO 1 the
