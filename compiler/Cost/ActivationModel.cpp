@@ -14,13 +14,16 @@
 namespace parc {
 
 namespace {
-/// The experts' down projection in the backward, for `rows` routed rows: its input gradient
-/// (SwiGLU's gate and up gradients) per row beside the rows' gradient.
+/// The experts' backward from the down projection on, for `rows` routed rows, above what the
+/// block keeps: the down projection writes its input gradient beside the rows' gradient it
+/// reads; SwiGLU's backward then writes the gate and up gradients beside that input gradient,
+/// when the rows' gradient and the activated rows (kept, read only by the down projection)
+/// have died.
 double expertDownGradientBytes(const ModelSpec &model, const LayerGroup &block, double rows,
                                int64_t tp) {
-  const double ffn = double(block.moe.ffn) / double(tp);
-  return double(bytesPerElement(model.dtype)) * rows *
-         ((isGated(block.mlp) ? 2 : 1) * ffn + double(model.hidden));
+  const double ffn = double(block.moe.ffn) / double(tp), h = double(model.hidden);
+  const double perRow = isGated(block.mlp) ? std::max(ffn + h, 2 * ffn) : ffn + h;
+  return double(bytesPerElement(model.dtype)) * rows * perRow;
 }
 
 /// The sizes of one block on one tensor-parallel rank, in elements, and the activation dtype.

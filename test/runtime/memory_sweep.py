@@ -70,6 +70,8 @@ def build_cases():
               MemoryCase(1, 1, 4, "1f1b", 3, "selective", precision="fp32", variant="moe"),
               MemoryCase(1, 1, 4, "1f1b", 3, "none", precision="fp32", variant="moe-shared"),
               MemoryCase(1, 1, 4, "1f1b", 0, "full", precision="fp32", variant="moe"),
+              # SwiGLU experts: their gate and up gradients beside the activated rows'.
+              MemoryCase(1, 1, 4, "1f1b", 0, "none", precision="fp32", llama=True, variant="moe"),
               MemoryCase(1, 1, 4, "1f1b", 3, "full", precision="fp32", variant="moe-shared")]
     # Expert parallelism: experts / ep per rank, their states over expert dp, the all-to-all's
     # dropless receive buffers.

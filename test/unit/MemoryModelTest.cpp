@@ -510,3 +510,30 @@ TEST(MemoryModel, ExpertStatesShardOverExpertDataParallel) {
     EXPECT_DOUBLE_EQ(s.optimizer, owned * perParam.optimizer) << "ep " << ep;
   }
 }
+
+TEST(MemoryModel, ExpertBackwardAtTheDroplessBound) {
+  // Mixtral's blocks at ep 8: 2 x seq rows balanced, 8 x seq at most. What the extra rows
+  // add in the backward is its widest expert moment per row: SwiGLU's gate and up gradients
+  // (2 ffn), which come after the rows' gradient (h) and the activated rows have died; the
+  // down projection's input gradient beside the rows' gradient (ffn + h) for a GELU expert.
+  ModelSpec m = mixtral();
+  const LayerGroup &block = m.layers[1];
+  const double e = double(bytesPerElement(m.dtype)), extraRows = 6.0 * double(m.seq);
+  const double h = 4096, ffn = 14336;
+  const ExpertLoad worst{true, 8};
+  auto extra = [&](const LayerGroup &b) {
+    return std::make_pair(
+        blockActivationBytes(m, b, 1, 1, Recompute::None, false, false, worst) -
+            blockActivationBytes(m, b, 1, 1, Recompute::None, false),
+        blockBackwardTransientBytes(m, b, 1, 1, Recompute::None, false, false, worst) -
+            blockBackwardTransientBytes(m, b, 1, 1, Recompute::None, false));
+  };
+  auto [kept, transient] = extra(block);
+  EXPECT_DOUBLE_EQ(kept, e * extraRows * (h + 3 * ffn)); // the rows, gate, up, activated
+  EXPECT_DOUBLE_EQ(transient, e * extraRows * 2 * ffn);
+  LayerGroup gelu = block;
+  gelu.mlp = MLPKind::GELU;
+  std::tie(kept, transient) = extra(gelu);
+  EXPECT_DOUBLE_EQ(kept, e * extraRows * (h + 2 * ffn)); // the rows, up, activated
+  EXPECT_DOUBLE_EQ(transient, e * extraRows * (ffn + h));
+}
