@@ -14,22 +14,25 @@
 namespace parc {
 
 namespace {
-/// The experts' backward from the down projection on, for `rows` routed rows, above what the
-/// block keeps: the down projection writes its input gradient beside the rows' gradient it
-/// reads; SwiGLU's backward then writes the gate and up gradients beside that input gradient,
-/// when the rows' gradient and the activated rows (kept, read only by the down projection)
-/// have died.
-double expertDownGradientBytes(const ModelSpec &model, const LayerGroup &block, double rows,
-                               int64_t tp) {
+/// The experts' backward per routed row above what the block keeps of it (the row and its MLP
+/// intermediates), at its widest moment: the down projection writes its input gradient beside
+/// the rows' gradient it reads; SwiGLU's backward then writes the gate and up gradients beside
+/// that input gradient, once the rows' gradient and the activated rows have died; the up
+/// projection's backward writes its part of the rows' gradient beside the gate projection's
+/// part and its own input gradient, once the activated, gate and up rows have died (the widest
+/// when ffn / tp is small against hidden).
+double expertBackwardRowBytes(const ModelSpec &model, const LayerGroup &block, double rows,
+                              int64_t tp) {
   const double ffn = double(block.moe.ffn) / double(tp), h = double(model.hidden);
-  const double perRow = isGated(block.mlp) ? std::max(ffn + h, 2 * ffn) : ffn + h;
+  const double perRow =
+      isGated(block.mlp) ? std::max({ffn + h, 2 * ffn, 2 * h - 2 * ffn}) : ffn + h;
   return double(bytesPerElement(model.dtype)) * rows * perRow;
 }
 
 /// The sizes of one block on one tensor-parallel rank, in elements, and the activation dtype.
 struct BlockShape {
   double sb, h, q, kv, f, heads, s, b, e, r; // r: 1/t for sequence-split tensors, else 1
-  bool swiglu, flash, dropout, ring;
+  bool swiglu, flash, dropout, ring, exchanged = false; // exchanged: ep > 1
   // A MoE block: f is its shared experts' width; `experts` what its routed experts keep for
   // `expertRows` rows (ExpertLoad's share) of `expertFfn` columns each; `slots` the top-k
   // slots of the block's tokens, whose returned expert outputs the combine reads.
@@ -56,6 +59,7 @@ struct BlockShape {
     if (block.moe.enabled()) {
       ExpertRows rows = parc::expertRows(block.moe, sb, load.ep);
       expertRows = load.worst ? rows.bound : rows.expected;
+      exchanged = load.ep > 1;
       expertFfn = double(block.moe.ffn) / t;
       experts = expertActivationBytes(model, block, sb, expertRows, tp);
       slots = sb * double(block.moe.topK);
@@ -112,14 +116,15 @@ double blockBackwardTransientBytes(const ModelSpec &model, const LayerGroup &blo
   if (x.expertRows > 0) {
     // A MoE block's backward starts at the combine, which reads the returned expert outputs of
     // every slot and writes their gradient, beside the skip gradient, the combined output's
-    // gradient and, with shared experts, theirs. The experts' down projection comes after it,
-    // when the returned outputs (kept, in `experts`) have died: its input gradient per row
-    // beside the rows' gradient.
-    double shared = x.f > 0 ? x.sb * x.h : 0;
-    double combine = x.sb * x.h * x.r + x.sb * x.h + shared + x.slots * x.h;
-    double down = x.e * (x.sb * x.h * x.r + shared - x.slots * x.h) +
-                  expertDownGradientBytes(model, block, x.expertRows, tp);
-    transient = std::max(transient, std::max(x.e * combine, down));
+    // gradient and, with shared experts, theirs. With ep > 1 an all-to-all then receives the
+    // rows' output gradient while the slots' still lives (the returned outputs, kept in
+    // `experts`, have died). The experts' backward follows, per row.
+    double shared = x.f > 0 ? x.sb * x.h : 0, skip = x.sb * x.h * x.r + shared;
+    double combine = skip + x.sb * x.h + x.slots * x.h;
+    double exchange = x.exchanged ? skip + x.expertRows * x.h : 0;
+    double experts = x.e * (skip - x.slots * x.h) +
+                     expertBackwardRowBytes(model, block, x.expertRows, tp);
+    transient = std::max({transient, x.e * combine, x.e * exchange, experts});
   }
   if (recompute == Recompute::Full) {
     // The block's forward is rerun first; under sequence parallelism it rebuilds the gathered

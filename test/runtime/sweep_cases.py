@@ -77,6 +77,9 @@ VARIANTS = {
     "moe": "  experts = 4\n  top_k = 2\n  moe_ffn = 2 * hidden\n  aux_loss = 0.01\n",
     "moe-shared": "  experts = 4\n  top_k = 2\n  moe_ffn = hidden\n  shared_experts = 1\n"
                   "  normalize_top_k = false\n  aux_loss = 0.1\n",
+    # Experts narrower than hidden (memory_sweep.py: at tp 4 the up projection's backward is
+    # the experts' widest moment).
+    "moe-narrow": "  experts = 4\n  top_k = 2\n  moe_ffn = hidden / 2\n  aux_loss = 0.01\n",
 }
 
 
