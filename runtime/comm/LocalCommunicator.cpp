@@ -1,6 +1,7 @@
-//===- LocalCommunicator.cpp - Every rank a thread of one process ---------===//
+//===- LocalCommunicator.cpp - Ranks as threads or fibers of one process --===//
 //
-// All ranks share one State (LocalWorldState.h) under one mutex. A collective meets in a slot
+// All ranks share one State (LocalWorldState.h) under one mutex; they are threads, or fibers
+// (Fibers.h) when there are more of them than threads to run them. A collective meets in a slot
 // keyed by its group and the group's sequence number on the caller; the last member to arrive
 // folds it in list order, so every member reads the same bytes: an all_reduce in the members' own
 // buffers (they wait in the call until it is done), the others from copied inputs, whose result
@@ -22,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <map>
 #include <mutex>
@@ -92,7 +94,7 @@ private:
     // A blamed rank that was released meanwhile reports nothing; the finder then looks again.
     constexpr std::chrono::seconds kBlameGrace(1);
     for (Clock::time_point until = deadline;;) {
-      state.wake[size_t(myRank)].wait_until(
+      state.wake[size_t(myRank)].waitUntil(
           lock, until, [&] { return ready() || !state.failure.empty() || state.blamed == myRank; });
       checkNotFailedLocked(what);
       if (ready())
@@ -167,12 +169,17 @@ private:
     slot.present[group.position] = true;
     if (++slot.arrivals < members) {
       // A member that leaves on the job's failure while the fold still runs in its buffer
-      // (an all_reduce) waits for the fold first, so that the buffer outlives it.
+      // (an all_reduce) waits for the fold first, so that the buffer outlives it; outside
+      // the handler, as a fiber must not wait inside one (Fibers.h).
+      std::exception_ptr failed;
       try {
         waitForFold(lock, deadline, what, slot, group, members);
       } catch (...) {
+        failed = std::current_exception();
+      }
+      if (failed) {
         state.wake[size_t(myRank)].wait(lock, [&] { return !slot.folding; });
-        throw;
+        std::rethrow_exception(failed);
       }
       return slot;
     }
@@ -416,7 +423,8 @@ private:
 
 } // namespace
 
-LocalWorld::LocalWorld(int64_t world, CommOptions options) : state(std::make_unique<State>(world)) {
+LocalWorld::LocalWorld(int64_t world, CommOptions options, int64_t fiberThreads)
+    : state(std::make_unique<State>(world)), fiberThreads(fiberThreads) {
   if (world < 1)
     throw CommError("a local world needs at least one rank, not " + std::to_string(world));
   for (int64_t rank = 0; rank < world; ++rank)
@@ -450,6 +458,13 @@ std::vector<std::string> LocalWorld::run(const std::function<void(Communicator &
       failed("an exception that is not a std::exception");
     }
   };
+  if (fiberThreads > 0 && fiberThreads < state->world) {
+    std::vector<std::function<void()>> ranks;
+    for (int64_t rank = 0; rank < state->world; ++rank)
+      ranks.push_back([&runRank, rank] { runRank(rank); });
+    comm::runFibers(ranks, fiberThreads);
+    return errors;
+  }
   std::vector<std::thread> threads;
   for (int64_t rank = 0; rank < state->world; ++rank)
     threads.emplace_back(runRank, rank);

@@ -9,6 +9,7 @@
 #define PARC_RUNTIME_COMM_LOCALWORLDSTATE_H
 
 #include "Deadline.h"
+#include "Fibers.h"
 #include "parc/Runtime/Communicator.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -95,6 +96,41 @@ struct Message {
   std::vector<char> bytes;
 };
 
+/// Where a rank sleeps until a change may release it: on a condition variable when the ranks
+/// are threads, off its thread when they are fibers. Waits and wakes hold State's mutex.
+class RankWake {
+public:
+  template <typename Ready>
+  bool waitUntil(std::unique_lock<std::mutex> &lock, Clock::time_point until, Ready ready) {
+    fiber = comm::currentFiber();
+    if (!fiber)
+      return variable.wait_until(lock, until, ready);
+    while (!ready()) {
+      if (Clock::now() >= until)
+        return false;
+      comm::park(lock, until);
+    }
+    return true;
+  }
+  template <typename Ready> void wait(std::unique_lock<std::mutex> &lock, Ready ready) {
+    fiber = comm::currentFiber();
+    if (!fiber)
+      return variable.wait(lock, ready);
+    while (!ready())
+      comm::park(lock, Clock::time_point::max());
+  }
+  void notify() {
+    if (fiber)
+      comm::wakeFiber(fiber);
+    else
+      variable.notify_one();
+  }
+
+private:
+  std::condition_variable variable;
+  comm::Fiber *fiber = nullptr;
+};
+
 } // namespace local
 
 struct LocalWorld::State {
@@ -114,10 +150,10 @@ struct LocalWorld::State {
   /// Each rank sleeps on its own condition variable, and a change wakes only the ranks it may
   /// release: with one variable for all, eight rank threads on two cores spent the step
   /// waking each other for nothing (tiny.par at tp 2 pp 2 dp 2 runs ~300 collectives a step).
-  void wakeRank(int64_t rank) { wake[size_t(rank)].notify_one(); }
+  void wakeRank(int64_t rank) { wake[size_t(rank)].notify(); }
   void wakeEveryone() {
-    for (std::condition_variable &rank : wake)
-      rank.notify_one();
+    for (local::RankWake &rank : wake)
+      rank.notify();
   }
 
   /// Whose wait a stall started with. Following each blocked rank to a blocked rank it awaits
@@ -181,7 +217,7 @@ struct LocalWorld::State {
 
   int64_t world;
   mutable std::mutex mutex;
-  std::vector<std::condition_variable> wake; // by rank
+  std::vector<local::RankWake> wake; // by rank
   std::string failure;
   std::map<int64_t, BlockedWait> blocked;
   /// The rank told to report its wait as the job's timeout, for a stall that another rank's

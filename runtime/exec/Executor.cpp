@@ -339,7 +339,10 @@ std::vector<std::string> runThreads(int64_t world, CommKind kind, const RunOptio
     return runCudaThreads(world, kind, commOptions, body, failure);
 #endif
   (void)kind;
-  LocalWorld local(world, commOptions);
+  // Ranks that compute on one thread each run as fibers on the cores' threads: the kernel's
+  // scheduler let a core idle while two ranks time-shared the other (LocalWorld, Fibers.h).
+  int64_t fiberThreads = cpu::kernelThreads() == 1 ? usableCores() : 0;
+  LocalWorld local(world, commOptions, fiberThreads);
   std::vector<std::string> errors = local.run(body);
   failure = local.failure();
   return errors;

@@ -1,4 +1,4 @@
-//===- CommTest.cpp - The local communicator: one thread per rank ---------===//
+//===- CommTest.cpp - The local communicator: ranks as threads or fibers --===//
 
 #include "CommReference.h"
 
@@ -60,10 +60,18 @@ void expectAllSucceeded(const std::vector<std::string> &errors) {
 // Counts that do and do not divide by the group size, and one smaller than it.
 constexpr size_t Counts[] = {0, 1, 7, 96, 1001};
 
-class LocalCollectives : public testing::TestWithParam<int64_t> {};
+/// A world's ranks, as threads (fiberThreads 0) or as fibers on that many threads: on one, a
+/// wait that spins instead of parking would hang the test.
+struct Ranks {
+  int64_t world;
+  int64_t fiberThreads;
+};
 
-template <typename T> void checkAllReduce(int64_t world, ReduceOp op) {
-  LocalWorld local(world, {/*timeoutSeconds=*/20});
+class LocalCollectives : public testing::TestWithParam<Ranks> {};
+
+template <typename T> void checkAllReduce(Ranks ranks, ReduceOp op) {
+  int64_t world = ranks.world;
+  LocalWorld local(world, {/*timeoutSeconds=*/20}, ranks.fiberThreads);
   std::vector<std::vector<int64_t>> groups = groupsOf(world);
   std::atomic<int> checked{0};
   expectAllSucceeded(local.run([&](Communicator &comm) {
@@ -88,8 +96,9 @@ TEST_P(LocalCollectives, AllReduceSumF32) { checkAllReduce<float>(GetParam(), Re
 TEST_P(LocalCollectives, AllReduceMaxF64) { checkAllReduce<double>(GetParam(), ReduceOp::Max); }
 TEST_P(LocalCollectives, AllReduceMaxF32) { checkAllReduce<float>(GetParam(), ReduceOp::Max); }
 
-template <typename T> void checkReduceScatter(int64_t world) {
-  LocalWorld local(world, {20});
+template <typename T> void checkReduceScatter(Ranks ranks) {
+  int64_t world = ranks.world;
+  LocalWorld local(world, {20}, ranks.fiberThreads);
   std::vector<std::vector<int64_t>> groups = groupsOf(world);
   expectAllSucceeded(local.run([&](Communicator &comm) {
     for (size_t g = 0; g < groups.size(); ++g) {
@@ -121,8 +130,9 @@ template <typename T> void checkReduceScatter(int64_t world) {
 TEST_P(LocalCollectives, ReduceScatterF64) { checkReduceScatter<double>(GetParam()); }
 TEST_P(LocalCollectives, ReduceScatterF32) { checkReduceScatter<float>(GetParam()); }
 
-template <typename T> void checkAllGather(int64_t world) {
-  LocalWorld local(world, {20});
+template <typename T> void checkAllGather(Ranks ranks) {
+  int64_t world = ranks.world;
+  LocalWorld local(world, {20}, ranks.fiberThreads);
   std::vector<std::vector<int64_t>> groups = groupsOf(world);
   expectAllSucceeded(local.run([&](Communicator &comm) {
     for (size_t g = 0; g < groups.size(); ++g) {
@@ -151,8 +161,9 @@ template <typename T> void checkAllGather(int64_t world) {
 TEST_P(LocalCollectives, AllGatherF64) { checkAllGather<double>(GetParam()); }
 TEST_P(LocalCollectives, AllGatherF32) { checkAllGather<float>(GetParam()); }
 
-template <typename T> void checkAllToAll(int64_t world) {
-  LocalWorld local(world, {20});
+template <typename T> void checkAllToAll(Ranks ranks) {
+  int64_t world = ranks.world;
+  LocalWorld local(world, {20}, ranks.fiberThreads);
   std::vector<std::vector<int64_t>> groups = groupsOf(world);
   expectAllSucceeded(local.run([&](Communicator &comm) {
     for (size_t g = 0; g < groups.size(); ++g) {
@@ -176,8 +187,8 @@ TEST_P(LocalCollectives, AllToAllF64) { checkAllToAll<double>(GetParam()); }
 TEST_P(LocalCollectives, AllToAllF32) { checkAllToAll<float>(GetParam()); }
 
 TEST_P(LocalCollectives, BarrierAndAgree) {
-  int64_t world = GetParam();
-  LocalWorld local(world, {20});
+  int64_t world = GetParam().world;
+  LocalWorld local(world, {20}, GetParam().fiberThreads);
   std::atomic<int> arrived{0};
   expectAllSucceeded(local.run([&](Communicator &comm) {
     ++arrived;
@@ -190,23 +201,31 @@ TEST_P(LocalCollectives, BarrierAndAgree) {
   }));
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, LocalCollectives, testing::Values(1, 2, 4, 8),
-                         [](const testing::TestParamInfo<int64_t> &info) {
-                           return "world" + std::to_string(info.param);
+INSTANTIATE_TEST_SUITE_P(Worlds, LocalCollectives,
+                         testing::Values(Ranks{1, 0}, Ranks{2, 0}, Ranks{4, 0}, Ranks{8, 0},
+                                         Ranks{4, 1}, Ranks{8, 1}, Ranks{8, 3}),
+                         [](const testing::TestParamInfo<Ranks> &info) {
+                           return "world" + std::to_string(info.param.world) +
+                                  (info.param.fiberThreads
+                                       ? "_fibers" + std::to_string(info.param.fiberThreads)
+                                       : "");
                          });
 
-TEST(LocalComm, OrderMattersForTheInputs) {
+/// The LocalComm tests take the fiber threads as their parameter.
+class LocalComm : public testing::TestWithParam<int64_t> {};
+
+TEST(LocalAccumulate, OrderMattersForTheInputs) {
   // Without this the bitwise checks could not tell list order from any other order.
   std::vector<int64_t> group = {0, 1, 2, 3}, reversed = {3, 2, 1, 0};
   EXPECT_FALSE(bitwiseEqual(serialFold<double>(group, 1001, 5, ReduceOp::Sum),
                             serialFold<double>(reversed, 1001, 5, ReduceOp::Sum)));
 }
 
-TEST(LocalComm, DeterministicUnderRandomTiming) {
+TEST_P(LocalComm, DeterministicUnderRandomTiming) {
   std::vector<int64_t> group = {2, 0, 3, 1};
   std::vector<double> expected = serialFold<double>(group, 257, 99, ReduceOp::Sum);
   for (int run = 0; run < 20; ++run) {
-    LocalWorld local(4, {20});
+    LocalWorld local(4, {20}, GetParam());
     expectAllSucceeded(local.run([&](Communicator &comm) {
       std::mt19937 random(run * 4 + comm.rank());
       std::uniform_int_distribution<int> pause(0, 2000);
@@ -220,8 +239,8 @@ TEST(LocalComm, DeterministicUnderRandomTiming) {
   }
 }
 
-TEST(LocalComm, RecvMatchesByTagInAnyOrder) {
-  LocalWorld local(2, {20});
+TEST_P(LocalComm, RecvMatchesByTagInAnyOrder) {
+  LocalWorld local(2, {20}, GetParam());
   expectAllSucceeded(local.run([&](Communicator &comm) {
     if (comm.rank() == 0) {
       for (int64_t tag = 0; tag < 6; ++tag) {
@@ -243,8 +262,8 @@ TEST(LocalComm, RecvMatchesByTagInAnyOrder) {
   }));
 }
 
-TEST(LocalComm, ExchangeWhereEveryNeighbourSendsFirst) {
-  LocalWorld local(4, {20});
+TEST_P(LocalComm, ExchangeWhereEveryNeighbourSendsFirst) {
+  LocalWorld local(4, {20}, GetParam());
   expectAllSucceeded(local.run([&](Communicator &comm) {
     int64_t next = (comm.rank() + 1) % 4, previous = (comm.rank() + 3) % 4;
     std::vector<float> out(1000, float(comm.rank())), in(1000, -1);
@@ -254,8 +273,8 @@ TEST(LocalComm, ExchangeWhereEveryNeighbourSendsFirst) {
   }));
 }
 
-TEST(LocalComm, TimeoutNamesTheCollective) {
-  LocalWorld local(4, {0.2});
+TEST_P(LocalComm, TimeoutNamesTheCollective) {
+  LocalWorld local(4, {0.2}, GetParam());
   Clock::time_point start = Clock::now();
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     if (comm.rank() == 1) {
@@ -271,8 +290,8 @@ TEST(LocalComm, TimeoutNamesTheCollective) {
   EXPECT_LT(seconds, 5);
 }
 
-TEST(LocalComm, TimeoutNamesThePeerAndTag) {
-  LocalWorld local(2, {0.2});
+TEST_P(LocalComm, TimeoutNamesThePeerAndTag) {
+  LocalWorld local(2, {0.2}, GetParam());
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     if (comm.rank() == 0) {
       double value;
@@ -283,8 +302,8 @@ TEST(LocalComm, TimeoutNamesThePeerAndTag) {
                        "waiting for the matching send of rank 1");
 }
 
-TEST(LocalComm, TimeoutOfOneRankWakesTheOthers) {
-  LocalWorld local(3, {0.2});
+TEST_P(LocalComm, TimeoutOfOneRankWakesTheOthers) {
+  LocalWorld local(3, {0.2}, GetParam());
   local.communicator(2).setTimeoutSeconds(30);
   Clock::time_point start = Clock::now();
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
@@ -303,8 +322,8 @@ TEST(LocalComm, TimeoutOfOneRankWakesTheOthers) {
 
 // Rank 2 times out first, but it only waits for rank 0, which is stuck in a cycle of waits with
 // rank 1 that rank 0 entered first: the report is rank 0's wait, whose thread throws it.
-TEST(LocalComm, TimeoutReportsTheWaitTheStallStartedWith) {
-  LocalWorld local(3, {30});
+TEST_P(LocalComm, TimeoutReportsTheWaitTheStallStartedWith) {
+  LocalWorld local(3, {30}, GetParam());
   local.communicator(2).setTimeoutSeconds(0.2);
   Clock::time_point start = Clock::now();
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
@@ -329,8 +348,8 @@ TEST(LocalComm, TimeoutReportsTheWaitTheStallStartedWith) {
             "all_reduce over group [0, 2] on rank 2 gave up because the job failed: " + errors[0]);
 }
 
-TEST(LocalComm, AbortWakesEveryWaitingRank) {
-  LocalWorld local(4, {30});
+TEST_P(LocalComm, AbortWakesEveryWaitingRank) {
+  LocalWorld local(4, {30}, GetParam());
   Clock::time_point start = Clock::now();
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     std::vector<double> data(4, 1.0);
@@ -358,8 +377,8 @@ TEST(LocalComm, AbortWakesEveryWaitingRank) {
   EXPECT_THROW(local.communicator(1).barrier({1}), CommError);
 }
 
-TEST(LocalComm, ARankThatThrowsWakesTheOthers) {
-  LocalWorld local(2, {30});
+TEST_P(LocalComm, ARankThatThrowsWakesTheOthers) {
+  LocalWorld local(2, {30}, GetParam());
   Clock::time_point start = Clock::now();
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     if (comm.rank() == 0)
@@ -374,8 +393,8 @@ TEST(LocalComm, ARankThatThrowsWakesTheOthers) {
 
 // A rank that waits elsewhere than in the local world (NCCL's kernels on a GPU) polls for a
 // peer's failure instead of waiting until its deadline.
-TEST(LocalComm, PeersSeeTheJobFailureWithoutWaiting) {
-  LocalWorld local(2, {30});
+TEST_P(LocalComm, PeersSeeTheJobFailureWithoutWaiting) {
+  LocalWorld local(2, {30}, GetParam());
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     if (comm.rank() == 0)
       throw std::runtime_error("attention shapes disagree");
@@ -388,8 +407,8 @@ TEST(LocalComm, PeersSeeTheJobFailureWithoutWaiting) {
   EXPECT_EQ(errors[1], "");
 }
 
-TEST(LocalComm, MismatchedCollectivesFail) {
-  LocalWorld local(2, {5});
+TEST_P(LocalComm, MismatchedCollectivesFail) {
+  LocalWorld local(2, {5}, GetParam());
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     std::vector<float> data(4 + comm.rank());
     comm.allReduce({0, 1}, data.data(), data.size());
@@ -404,9 +423,9 @@ TEST(LocalComm, MismatchedCollectivesFail) {
   EXPECT_TRUE(errors[0] == expected1 || errors[1] == expected0) << errors[0] << errors[1];
 }
 
-TEST(LocalComm, AllToAllWithMismatchedCountsFails) {
+TEST_P(LocalComm, AllToAllWithMismatchedCountsFails) {
   // Rank 1 expects 3 elements from rank 0, which sends it 2.
-  LocalWorld local(2, {5});
+  LocalWorld local(2, {5}, GetParam());
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     std::vector<double> input(4, 1.0), output(5, 0.0);
     std::vector<size_t> send = {2, 2}, recv = comm.rank() == 0 ? std::vector<size_t>{2, 2}
@@ -418,8 +437,8 @@ TEST(LocalComm, AllToAllWithMismatchedCountsFails) {
       << errors[1];
 }
 
-TEST(LocalComm, MismatchedMessageFails) {
-  LocalWorld local(2, {5});
+TEST_P(LocalComm, MismatchedMessageFails) {
+  LocalWorld local(2, {5}, GetParam());
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     std::vector<double> data(3);
     if (comm.rank() == 0)
@@ -431,8 +450,8 @@ TEST(LocalComm, MismatchedMessageFails) {
                        "f64 were expected");
 }
 
-TEST(LocalComm, CallerOutsideTheGroupFails) {
-  LocalWorld local(3, {5});
+TEST_P(LocalComm, CallerOutsideTheGroupFails) {
+  LocalWorld local(3, {5}, GetParam());
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     if (comm.rank() == 2)
       comm.barrier({0, 1});
@@ -443,8 +462,8 @@ TEST(LocalComm, CallerOutsideTheGroupFails) {
 
 // An all_reduce is folded by its last member in the others' buffers while they wait, and their
 // waits do not time out on a fold: a fold that throws must still free them at once.
-TEST(LocalComm, AFoldThatFailsFailsEveryMember) {
-  LocalWorld local(3, {30});
+TEST_P(LocalComm, AFoldThatFailsFailsEveryMember) {
+  LocalWorld local(3, {30}, GetParam());
   Clock::time_point start = Clock::now();
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     std::vector<uint16_t> halves(4, 0x3f80); // bf16 ones, which the host cannot add
@@ -458,8 +477,8 @@ TEST(LocalComm, AFoldThatFailsFailsEveryMember) {
 
 // The fold sums the members' buffers where they lie, so one buffer passed by two ranks would
 // be summed into itself: refused, on every member.
-TEST(LocalComm, AllReduceRefusesOverlappingBuffers) {
-  LocalWorld local(2, {30});
+TEST_P(LocalComm, AllReduceRefusesOverlappingBuffers) {
+  LocalWorld local(2, {30}, GetParam());
   std::vector<double> shared(8, 1.0);
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     comm.allReduce({0, 1}, shared.data() + comm.rank(), 4);
@@ -468,7 +487,7 @@ TEST(LocalComm, AllReduceRefusesOverlappingBuffers) {
     EXPECT_NE(error.find("ranks 0 and 1 passed overlapping buffers"), std::string::npos) << error;
 }
 
-TEST(LocalComm, MaxPropagatesNaN) {
+TEST(LocalAccumulate, MaxPropagatesNaN) {
   double accumulator[3] = {1, NAN, 5};
   double input[3] = {NAN, 2, 4};
   accumulate(ReduceOp::Max, ElementType::F64, accumulator, input, 3);
@@ -476,5 +495,10 @@ TEST(LocalComm, MaxPropagatesNaN) {
   EXPECT_TRUE(std::isnan(accumulator[1]));
   EXPECT_EQ(accumulator[2], 5);
 }
+
+INSTANTIATE_TEST_SUITE_P(RanksAs, LocalComm, testing::Values(0, 1, 2),
+                         [](const testing::TestParamInfo<int64_t> &info) {
+                           return info.param ? "fibers" + std::to_string(info.param) : "threads";
+                         });
 
 } // namespace

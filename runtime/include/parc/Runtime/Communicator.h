@@ -212,20 +212,23 @@ private:
   CommOptions options;
 };
 
-/// Every rank a thread of one process. Collectives meet in slots keyed by group and sequence
-/// number; sends are copied into per-(source, destination, tag) mailboxes and never wait. An
-/// all_reduce is summed in its members' own buffers; every other call costs a copy of its
-/// buffer, and all share one lock: meant for tests and small models on one machine.
+/// Every rank a thread of one process, or a fiber of a few threads. Collectives meet in slots
+/// keyed by group and sequence number; sends are copied into per-(source, destination, tag)
+/// mailboxes and never wait. An all_reduce is summed in its members' own buffers; every other
+/// call costs a copy of its buffer, and all share one lock: meant for tests and small models on
+/// one machine.
 class LocalWorld {
 public:
-  LocalWorld(int64_t world, CommOptions options = {});
+  /// With 0 < `fiberThreads` < `world`, run() runs the ranks as fibers on that many threads:
+  /// for ranks that each compute on one thread, more of them than there are cores.
+  LocalWorld(int64_t world, CommOptions options = {}, int64_t fiberThreads = 0);
   ~LocalWorld();
 
   int64_t world() const;
   Communicator &communicator(int64_t rank);
 
-  /// Runs `body` on one thread per rank and returns one message per rank, empty when that
-  /// rank finished. A rank that throws fails the world, which wakes every waiting rank with an
+  /// Runs `body` on every rank (a thread or fiber each) and returns one message per rank,
+  /// empty when that rank finished. A rank that throws fails the world, which wakes every waiting rank with an
   /// error instead of leaving it to its deadline.
   std::vector<std::string> run(const std::function<void(Communicator &)> &body);
 
@@ -236,6 +239,7 @@ public:
 
 private:
   std::unique_ptr<State> state;
+  int64_t fiberThreads;
 };
 
 /// MPI_COMM_WORLD; see MPICommunicator.cpp for how each call maps onto MPI and what it costs.
