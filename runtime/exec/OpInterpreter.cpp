@@ -430,6 +430,8 @@ template <typename D> void OpInterpreter<D>::executeBackward(Context &ctx) {
     if (dc.numel() != m * n)
       opError("the output gradient does not match the product's shape");
     // Fresh tensors start at zero, so adding is overwriting them; parameter gradients add.
+    // (Overwriting with beta = 0 instead made OpenBLAS scale C in its beta kernel, slower
+    // than the zero-fill, and its kernel still reads C.)
     Operand da = out(ctx, 0, true), db = out(ctx, 1, true);
     dev.matmulBackward(da.data, db.data, a.data, b.data, dc.data, m, n, k, transA, transB,
                        cpu::GradWrite::Add, cpu::GradWrite::Add);

@@ -29,12 +29,21 @@ struct RowStats {
   double mean, rstd;
 };
 
-// mean and 1 / sqrt(biased variance + eps) of one row
+// mean and 1 / sqrt(biased variance + eps) of one row whose mean is known
 template <typename T>
-[[gnu::always_inline]] inline RowStats layerNormStats(const T *x, int64_t dim, double eps) {
-  double mean = rowSum(dim, [&](int64_t i) { return double(x[i]); }) / dim;
+[[gnu::always_inline]] inline RowStats statsAbout(const T *x, int64_t dim, double mean,
+                                                  double eps) {
   double var = rowSum(dim, [&](int64_t i) { return (x[i] - mean) * (x[i] - mean); });
   return {mean, 1.0 / std::sqrt(var / dim + eps)};
+}
+
+template <typename T> [[gnu::always_inline]] inline double rowValue(const T *x, int64_t i) {
+  return double(x[i]);
+}
+
+template <typename T>
+[[gnu::always_inline]] inline RowStats layerNormStats(const T *x, int64_t dim, double eps) {
+  return statsAbout(x, dim, rowSum(dim, [&](int64_t i) { return rowValue(x, i); }) / dim, eps);
 }
 
 // 1 / sqrt(mean(x^2) + eps) of one row
@@ -79,10 +88,13 @@ layerNormBackwardRows(T *dx, T *part, const T *x, const T *weight, const T *dy, 
                       int64_t last, int64_t dim, double eps) {
   for (int64_t r = first; r < last; ++r) {
     const T *xr = x + r * dim, *dyr = dy + r * dim;
-    RowStats stats = layerNormStats(xr, dim, eps);
-    auto xhat = [&](int64_t i) { return (xr[i] - stats.mean) * stats.rstd; };
     auto g = [&](int64_t i) { return double(dyr[i]) * weight[i]; };
-    double gMean = rowSum(dim, g) / dim;
+    // sum(g) needs no statistics, so it shares the pass that sums x for the mean.
+    auto [xSum, gSum] = detail::laneSumPair<double, 8>(
+        dim, [&](int64_t i) { return rowValue(xr, i); }, g);
+    double gMean = gSum / dim;
+    RowStats stats = statsAbout(xr, dim, xSum / dim, eps);
+    auto xhat = [&](int64_t i) { return (xr[i] - stats.mean) * stats.rstd; };
     double gxhatMean = rowSum(dim, [&](int64_t i) { return g(i) * xhat(i); }) / dim;
 #pragma omp simd
     for (int64_t i = 0; i < dim; ++i) {
