@@ -52,6 +52,12 @@ StringRef spelling(ReduceOp op) {
   return "?";
 }
 
+// Max propagates NaN: a NaN on either side wins.
+template <typename T> [[gnu::always_inline]] inline T maxOf(T accumulated, T input) {
+  bool take = !std::isnan(accumulated) && (input > accumulated || std::isnan(input));
+  return take ? input : accumulated;
+}
+
 template <typename T>
 static void accumulateTyped(ReduceOp op, T *accumulator, const T *input, size_t count) {
   switch (op) {
@@ -62,10 +68,41 @@ static void accumulateTyped(ReduceOp op, T *accumulator, const T *input, size_t 
     return;
   case ReduceOp::Max:
     for (size_t k = 0; k < count; ++k)
-      if (!std::isnan(accumulator[k]) && (input[k] > accumulator[k] || std::isnan(input[k])))
-        accumulator[k] = input[k];
+      accumulator[k] = maxOf(accumulator[k], input[k]);
     return;
   }
+}
+
+// The last member's buffer is added in the same pass that stores the result into it: with
+// two members, the common tp and dp group, one pass instead of an accumulate and a copy.
+template <typename T, typename Combine>
+[[gnu::always_inline]] inline void combineIntoBoth(T *first, T *last, size_t count,
+                                                   const Combine &combine) {
+#pragma omp simd
+  for (size_t k = 0; k < count; ++k)
+    first[k] = last[k] = combine(first[k], last[k]);
+}
+
+template <typename T>
+static void reduceAllTyped(ReduceOp op, ArrayRef<void *> buffers, size_t count) {
+  if (buffers.size() < 2)
+    return;
+  T *first = static_cast<T *>(buffers.front()), *last = static_cast<T *>(buffers.back());
+  ArrayRef<void *> middle = buffers.drop_front().drop_back();
+  for (void *buffer : middle)
+    accumulateTyped(op, first, static_cast<const T *>(buffer), count);
+  if (op == ReduceOp::Sum)
+    combineIntoBoth(first, last, count, [](T a, T b) { return a + b; });
+  else
+    combineIntoBoth(first, last, count, maxOf<T>);
+  for (void *buffer : middle)
+    std::memcpy(buffer, first, count * sizeof(T));
+}
+
+[[noreturn]] static void refuseHalf(ElementType type) {
+  throw CommError("a host communicator cannot reduce " + spelling(type).str() +
+                  " buffers; half-precision buffers live on a GPU and are reduced by the CUDA "
+                  "communicators");
 }
 
 void accumulate(ReduceOp op, ElementType type, void *accumulator, const void *input, size_t count) {
@@ -78,9 +115,19 @@ void accumulate(ReduceOp op, ElementType type, void *accumulator, const void *in
                            static_cast<const double *>(input), count);
   case ElementType::BF16:
   case ElementType::F16:
-    throw CommError("a host communicator cannot reduce " + spelling(type).str() +
-                    " buffers; half-precision buffers live on a GPU and are reduced by the CUDA "
-                    "communicators");
+    refuseHalf(type);
+  }
+}
+
+void reduceAll(ReduceOp op, ElementType type, ArrayRef<void *> buffers, size_t count) {
+  switch (type) {
+  case ElementType::F32:
+    return reduceAllTyped<float>(op, buffers, count);
+  case ElementType::F64:
+    return reduceAllTyped<double>(op, buffers, count);
+  case ElementType::BF16:
+  case ElementType::F16:
+    refuseHalf(type);
   }
 }
 

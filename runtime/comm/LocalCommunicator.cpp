@@ -253,13 +253,8 @@ private:
       if (bytes == 0)
         return;
       checkDisjoint(slot.buffers, bytes, group);
-      // Added in member order into the first buffer, which the others then copy: the same
-      // bits on every member.
-      void *first = slot.buffers[0];
-      for (size_t i = 1; i < members; ++i)
-        accumulate(signature.op, signature.type, first, slot.buffers[i], signature.count);
-      for (size_t i = 1; i < members; ++i)
-        std::memcpy(slot.buffers[i], first, bytes);
+      // Added in member order: the same bits on every member.
+      reduceAll(signature.op, signature.type, slot.buffers, signature.count);
       return;
     }
     case CollectiveKind::ReduceScatter:

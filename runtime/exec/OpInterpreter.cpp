@@ -48,7 +48,7 @@ void checkAttentionStats(const Operand &stats, const Operand &q, int64_t heads, 
   std::vector<int64_t> expected = {q.shape[1], heads, q.shape[0]};
   if (!flash)
     expected.push_back(q.shape[0]);
-  if (stats.shape != expected)
+  if (stats.shape != llvm::ArrayRef<int64_t>(expected))
     opError(std::string("the attention's saved ") +
             (flash ? "logsumexp must be [batch, heads, seq]"
                    : "probabilities must be [batch, heads, seq, seq]"));

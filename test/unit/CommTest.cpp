@@ -496,6 +496,36 @@ TEST(LocalAccumulate, MaxPropagatesNaN) {
   EXPECT_EQ(accumulator[2], 5);
 }
 
+// reduceAll is the fold of the local all_reduce: the bits of accumulating into the first
+// buffer in member order and copying that out, for any number of members.
+TEST(LocalAccumulate, ReduceAllIsAccumulateInMemberOrder) {
+  for (size_t members = 1; members <= 4; ++members)
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
+      std::vector<std::vector<float>> buffers(members), expected;
+      for (size_t i = 0; i < members; ++i)
+        for (int k = 0; k < 37; ++k) // sums whose rounding depends on the order
+          buffers[i].push_back(float(k % 5 == int(i) ? NAN : 1e7 * (k % 3) + 0.3 * i - k));
+      if (op == ReduceOp::Sum)
+        for (std::vector<float> &buffer : buffers)
+          for (float &value : buffer)
+            value = std::isnan(value) ? 1.5f : value;
+      std::vector<float> folded = buffers[0];
+      for (size_t i = 1; i < members; ++i)
+        accumulate(op, ElementType::F32, folded.data(), buffers[i].data(), folded.size());
+      std::vector<void *> pointers;
+      for (std::vector<float> &buffer : buffers)
+        pointers.push_back(buffer.data());
+      reduceAll(op, ElementType::F32, pointers, folded.size());
+      for (size_t i = 0; i < members; ++i)
+        for (size_t k = 0; k < folded.size(); ++k) {
+          if (std::isnan(folded[k]))
+            EXPECT_TRUE(std::isnan(buffers[i][k])) << members << " members, element " << k;
+          else
+            EXPECT_EQ(buffers[i][k], folded[k]) << members << " members, element " << k;
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(RanksAs, LocalComm, testing::Values(0, 1, 2),
                          [](const testing::TestParamInfo<int64_t> &info) {
                            return info.param ? "fibers" + std::to_string(info.param) : "threads";

@@ -53,6 +53,9 @@ llvm::StringRef spelling(ReduceOp op);
 /// implementation uses, so all of them round alike. Max propagates NaN. The two must not
 /// overlap (the sum is vectorised).
 void accumulate(ReduceOp op, ElementType type, void *accumulator, const void *input, size_t count);
+/// Every buffer's elements become the reduction of all the buffers', accumulated in buffer
+/// order (the bits of accumulate() into buffers[0] and copying it out), a pass fewer.
+void reduceAll(ReduceOp op, ElementType type, llvm::ArrayRef<void *> buffers, size_t count);
 
 /// "[1, 3]"
 std::string formatGroup(llvm::ArrayRef<int64_t> group);

@@ -91,9 +91,11 @@ public:
   /// Times every op into `target` (null: none); Profiler.h.
   void setProfile(OpProfile *target) { profile = target; }
 
+  /// An operand's storage and shape, which stays with its tensor or parameter (an operand
+  /// lives within one op), so that reading one allocates nothing.
   struct Operand {
     T *data = nullptr;
-    std::vector<int64_t> shape;
+    llvm::ArrayRef<int64_t> shape;
     int64_t numel() const;
   };
   struct PendingGrad {
