@@ -3,13 +3,10 @@
 #include "SearchSpace.h"
 #include "parc/Check/Feasibility.h"
 #include "parc/Cost/MemoryModel.h"
-#include "parc/Cost/StageWork.h"
-#include "parc/Cost/StepTimeline.h"
 #include "parc/Support/Limits.h"
 #include "parc/Support/Units.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <thread>
 

@@ -5,7 +5,6 @@
 #include "parc/Cost/StageWork.h"
 #include "parc/Cost/StepTimeline.h"
 #include "parc/Support/Limits.h"
-#include "parc/Support/Units.h"
 
 #include <algorithm>
 

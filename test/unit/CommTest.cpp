@@ -501,7 +501,7 @@ TEST(LocalAccumulate, MaxPropagatesNaN) {
 TEST(LocalAccumulate, ReduceAllIsAccumulateInMemberOrder) {
   for (size_t members = 1; members <= 4; ++members)
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Max}) {
-      std::vector<std::vector<float>> buffers(members), expected;
+      std::vector<std::vector<float>> buffers(members);
       for (size_t i = 0; i < members; ++i)
         for (int k = 0; k < 37; ++k) // sums whose rounding depends on the order
           buffers[i].push_back(float(k % 5 == int(i) ? NAN : 1e7 * (k % 3) + 0.3 * i - k));

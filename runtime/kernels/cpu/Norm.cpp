@@ -37,13 +37,9 @@ template <typename T>
   return {mean, 1.0 / std::sqrt(var / dim + eps)};
 }
 
-template <typename T> [[gnu::always_inline]] inline double rowValue(const T *x, int64_t i) {
-  return double(x[i]);
-}
-
 template <typename T>
 [[gnu::always_inline]] inline RowStats layerNormStats(const T *x, int64_t dim, double eps) {
-  return statsAbout(x, dim, rowSum(dim, [&](int64_t i) { return rowValue(x, i); }) / dim, eps);
+  return statsAbout(x, dim, rowSum(dim, [&](int64_t i) { return double(x[i]); }) / dim, eps);
 }
 
 // 1 / sqrt(mean(x^2) + eps) of one row
@@ -90,8 +86,8 @@ layerNormBackwardRows(T *dx, T *part, const T *x, const T *weight, const T *dy, 
     const T *xr = x + r * dim, *dyr = dy + r * dim;
     auto g = [&](int64_t i) { return double(dyr[i]) * weight[i]; };
     // sum(g) needs no statistics, so it shares the pass that sums x for the mean.
-    auto [xSum, gSum] = detail::laneSumPair<double, 8>(
-        dim, [&](int64_t i) { return rowValue(xr, i); }, g);
+    auto [xSum, gSum] = detail::laneSums<double, 8>(
+        dim, [&](int64_t i) { return double(xr[i]); }, g);
     double gMean = gSum / dim;
     RowStats stats = statsAbout(xr, dim, xSum / dim, eps);
     auto xhat = [&](int64_t i) { return (xr[i] - stats.mean) * stats.rstd; };

@@ -16,9 +16,9 @@
 #ifndef PARC_RUNTIME_KERNELS_CPU_VECMATH_H
 #define PARC_RUNTIME_KERNELS_CPU_VECMATH_H
 
+#include <array>
 #include <cstdint>
 #include <cstring>
-#include <utility>
 
 // The loops over these functions also get AVX-512 and AVX2 clones beside the baseline (SSE2)
 // one, and the loader picks the widest the machine has (GCC and clang's target_clones). No
@@ -44,47 +44,34 @@ namespace parc::runtime::cpu::detail {
 /// added in order. A single running sum is a chain the compiler may not reorder; the lanes are
 /// independent and vectorise, and their order is fixed by the code, not by the vector width,
 /// so every clone (and every machine) gets the same bits. `term` may store as it goes.
-template <typename Acc, int64_t Lanes, typename Term>
-[[gnu::always_inline]] inline Acc laneSum(int64_t n, const Term &term) {
-  Acc part[Lanes] = {};
+/// Several terms are summed in one pass over i, each in its own lanes: the bits of one
+/// laneSum per term, for one loop and one read of the row they share.
+template <typename Acc, int64_t Lanes, typename... Terms>
+[[gnu::always_inline]] inline std::array<Acc, sizeof...(Terms)> laneSums(int64_t n,
+                                                                         const Terms &...terms) {
+  Acc part[sizeof...(Terms)][Lanes] = {};
+  auto add = [&](int64_t j, int64_t i) {
+    size_t t = 0;
+    ((part[t++][j] += terms(i)), ...);
+  };
   int64_t i = 0;
   for (; i + Lanes <= n; i += Lanes) {
 #pragma omp simd
     for (int64_t j = 0; j < Lanes; ++j)
-      part[j] += term(i + j);
+      add(j, i + j);
   }
   for (int64_t j = 0; i < n; ++i, ++j)
-    part[j] += term(i);
-  Acc sum = 0;
-  for (Acc p : part)
-    sum += p;
-  return sum;
+    add(j, i);
+  std::array<Acc, sizeof...(Terms)> sums{};
+  for (size_t t = 0; t < sizeof...(Terms); ++t)
+    for (Acc p : part[t])
+      sums[t] += p;
+  return sums;
 }
 
-/// laneSum of two terms in one pass over i, each sum in its own lanes: the same bits as two
-/// laneSum calls, for half the loop and loads when both read the same row.
-template <typename Acc, int64_t Lanes, typename TermA, typename TermB>
-[[gnu::always_inline]] inline std::pair<Acc, Acc> laneSumPair(int64_t n, const TermA &termA,
-                                                              const TermB &termB) {
-  Acc partA[Lanes] = {}, partB[Lanes] = {};
-  int64_t i = 0;
-  for (; i + Lanes <= n; i += Lanes) {
-#pragma omp simd
-    for (int64_t j = 0; j < Lanes; ++j) {
-      partA[j] += termA(i + j);
-      partB[j] += termB(i + j);
-    }
-  }
-  for (int64_t j = 0; i < n; ++i, ++j) {
-    partA[j] += termA(i);
-    partB[j] += termB(i);
-  }
-  Acc sumA = 0, sumB = 0;
-  for (int64_t j = 0; j < Lanes; ++j) {
-    sumA += partA[j];
-    sumB += partB[j];
-  }
-  return {sumA, sumB};
+template <typename Acc, int64_t Lanes, typename Term>
+[[gnu::always_inline]] inline Acc laneSum(int64_t n, const Term &term) {
+  return laneSums<Acc, Lanes>(n, term)[0];
 }
 
 inline float expf(float x) {
