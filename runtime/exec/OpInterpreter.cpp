@@ -55,6 +55,30 @@ void checkAttentionStats(const Operand &stats, const Operand &q, int64_t heads, 
 }
 } // namespace
 
+ChunkNames::ChunkNames(const plan::Chunk &chunk) {
+  auto add = [&](llvm::StringRef name) {
+    if (!name.empty())
+      index.try_emplace(name, unsigned(index.size()));
+  };
+  for (const auto &entry : chunk.tensors)
+    add(entry.first);
+  for (const auto *ops : {&chunk.forward, &chunk.backward})
+    for (const plan::Op &op : *ops) {
+      for (const std::string &name : op.inputs)
+        add(name);
+      for (const std::string &name : op.outputs)
+        add(name);
+    }
+  // What the schedule hands over, loads and seeds (ScheduleRunner.cpp).
+  for (const std::string &boundary : {chunk.input, chunk.output})
+    if (!boundary.empty()) {
+      add(boundary);
+      add(plan::gradName(boundary));
+    }
+  for (llvm::StringRef name : {"loss", "loss.grad", "tokens", "labels"})
+    add(name);
+}
+
 ChunkLiveness ChunkLiveness::analyze(const plan::Chunk &chunk) {
   ChunkLiveness result;
   std::set<std::string> readByBackward;
@@ -142,16 +166,15 @@ template <typename D> void OpInterpreter<D>::record(Context &ctx, const StopWatc
 template <typename D>
 typename OpInterpreter<D>::Operand OpInterpreter<D>::in(Context &ctx, size_t i) {
   const std::string &name = ctx.op.inputs[i];
-  auto value = ctx.env.values.find(name);
-  if (value != ctx.env.values.end())
-    return {value->second.data(), value->second.shape};
+  if (Tensor<T> *value = ctx.env.value(name))
+    return {value->data(), value->shape};
   if (typename ParamStore<D>::Param *param = params.find(name)) {
     if (param->released())
       opError("parameter '" + name +
               "' is released (ZeRO-3): the schedule must all_gather_params before this compute");
     return {param->value, param->localShape};
   }
-  if (ctx.env.ids.count(name))
+  if (ctx.env.ids(name))
     opError("operand '" + name + "' holds token ids, not values");
   opError("operand '" + name + "' is not defined at this point");
 }
@@ -159,12 +182,12 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::in(Context &ctx, size_t i) 
 template <typename D>
 const int64_t *OpInterpreter<D>::ids(Context &ctx, size_t i, std::vector<int64_t> *shape) {
   const std::string &name = ctx.op.inputs[i];
-  auto it = ctx.env.ids.find(name);
-  if (it == ctx.env.ids.end())
+  Tensor<int64_t> *tensor = ctx.env.ids(name);
+  if (!tensor)
     opError("operand '" + name + "' must be token ids loaded by load_batch, but is not defined");
   if (shape)
-    *shape = it->second.shape;
-  return it->second.data();
+    shape->assign(tensor->shape.begin(), tensor->shape.end());
+  return tensor->data();
 }
 
 template <typename D>
@@ -188,7 +211,7 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i,
     opError("output '" + name + "' is declared int64; ops write only floating-point tensors");
   if (ctx.env.has(name))
     opError("output '" + name + "' is written a second time in this pass");
-  Tensor<T> &tensor = ctx.env.values[name];
+  Tensor<T> &tensor = ctx.env.setValue(name);
   tensor = Tensor<T>(memory, MemoryCategory::Activations, type->second.shape,
                      kernelAdds ? Init::Zero : Init::Overwritten);
   return {tensor.data(), tensor.shape};
@@ -197,16 +220,17 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i,
 template <typename D>
 typename OpInterpreter<D>::Operand OpInterpreter<D>::outOver(Context &ctx, size_t o, size_t i) {
   const std::string &input = ctx.op.inputs[i], &output = ctx.op.outputs[o];
-  auto value = ctx.env.values.find(input);
+  Tensor<T> *value = ctx.env.value(input);
   auto type = ctx.chunk.tensors.find(output);
   bool dies = llvm::is_contained(ctx.freedAfter, input);
-  if (!dies || value == ctx.env.values.end() || params.gradOwner(output) ||
-      type == ctx.chunk.tensors.end() || type->second.shape != value->second.shape ||
+  if (!dies || !value || params.gradOwner(output) || type == ctx.chunk.tensors.end() ||
+      llvm::ArrayRef<int64_t>(type->second.shape) != llvm::ArrayRef<int64_t>(value->shape) ||
       ctx.env.has(output))
     return out(ctx, o, false);
-  Tensor<T> &tensor = ctx.env.values[output];
-  tensor = std::move(value->second);
-  ctx.env.values.erase(input);
+  Tensor<T> moved = std::move(*value);
+  ctx.env.erase(input);
+  Tensor<T> &tensor = ctx.env.setValue(output);
+  tensor = std::move(moved);
   return {tensor.data(), tensor.shape};
 }
 

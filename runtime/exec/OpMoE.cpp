@@ -25,11 +25,11 @@ namespace {
 
 template <typename D> const RowCounts &OpInterpreter<D>::counts(Context &ctx, size_t i) {
   const std::string &name = ctx.op.inputs[i];
-  auto it = ctx.env.counts.find(name);
-  if (it == ctx.env.counts.end())
+  const RowCounts *c = ctx.env.counts(name);
+  if (!c)
     opError("operand '" + name + "' must be row counts that moe_counts or all_to_all wrote, "
             "but is not defined");
-  return it->second;
+  return *c;
 }
 
 template <typename D> RowCounts &OpInterpreter<D>::outCounts(Context &ctx, size_t i) {
@@ -40,7 +40,7 @@ template <typename D> RowCounts &OpInterpreter<D>::outCounts(Context &ctx, size_
     opError("output '" + name + "' is not declared as int64 row counts [members, experts]");
   if (ctx.env.has(name))
     opError("output '" + name + "' is written a second time in this pass");
-  RowCounts &c = ctx.env.counts[name];
+  RowCounts &c = ctx.env.setCounts(name);
   c.shape = type->second.shape;
   c.values.assign(size_t(c.shape[0] * c.shape[1]), 0);
   return c;
@@ -59,7 +59,7 @@ static std::vector<std::pair<int64_t, int64_t>> countedBlocks(const RowCounts &c
 template <typename D> void OpInterpreter<D>::executeMoE(Context &ctx) {
   const plan::Op &op = ctx.op;
   if ((op.kind == OpKind::ExpertMatMul || op.kind == OpKind::ExpertMatMulBwd) &&
-      ctx.env.counts.count(op.inputs[1]))
+      ctx.env.counts(op.inputs[1]))
     return expertMatMul(ctx, countedBlocks(counts(ctx, 1)));
   size_t logitsIndex = op.kind == OpKind::MoeAuxLossBwd || op.kind == OpKind::MoeCounts ? 0 : 1;
   Operand logits = in(ctx, logitsIndex);

@@ -64,8 +64,11 @@ ScheduleRunner<D>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm
       data(data), interpreter(plan, params, comm), gradSyncOverlap(plan, params, gradBucketBytes),
       within(plan), worldRanks(size_t(plan.world)), scaler(lossScale) {
   std::iota(worldRanks.begin(), worldRanks.end(), 0);
-  for (const plan::Chunk &chunk : plan.chunks)
+  names.reserve(plan.chunks.size());
+  for (const plan::Chunk &chunk : plan.chunks) {
     liveness.push_back(ChunkLiveness::analyze(chunk));
+    names.emplace_back(chunk);
+  }
 }
 
 bool reportsLoss(const plan::RankPlan &plan) {
@@ -101,15 +104,20 @@ int64_t ScheduleRunner<D>::transferTag(int64_t boundary, int64_t microbatch, boo
 template <typename D>
 Tensor<typename D::Value> ScheduleRunner<D>::takeFrom(Key key, const std::string &name, bool copy) {
   auto env = envs.find(key);
-  if (env == envs.end() || !env->second.values.count(name))
+  Tensor<T> *source = env == envs.end() ? nullptr : env->second.value(name);
+  if (!source)
     scheduleError("'" + name + "' of chunk " + std::to_string(key.first) + ", mb " +
                   std::to_string(key.second) + " is not available to hand over");
-  Tensor<T> &source = env->second.values[name];
   if (!copy)
-    return std::move(source);
-  Tensor<T> result(memory, MemoryCategory::Activations, source.shape);
-  dev.copy(result.data(), source.data(), source.numel());
+    return std::move(*source);
+  Tensor<T> result(memory, MemoryCategory::Activations, source->shape);
+  dev.copy(result.data(), source->data(), source->numel());
   return result;
+}
+
+template <typename D> ChunkEnv<typename D::Value> &ScheduleRunner<D>::envOf(Key key) {
+  chunkAt(key.first);
+  return envs.try_emplace(key, names[size_t(key.first)]).first->second;
 }
 
 template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
@@ -341,7 +349,7 @@ template <typename D> void ScheduleRunner<D>::loadBatch(int64_t microbatch, int6
       if (shape != std::vector<int64_t>{batch, seq})
         scheduleError("'" + name + "' of chunk " + std::to_string(chunk.index) +
                       " is not declared [micro_batch, seq / cp]");
-      Tensor<int64_t> &tensor = envs[{chunk.index, microbatch}].ids[name];
+      Tensor<int64_t> &tensor = envOf({chunk.index, microbatch}).setIds(name);
       tensor = Tensor<int64_t>(memory, MemoryCategory::Activations, shape);
       dev.uploadIds(tensor.data(), values.data(), int64_t(values.size()));
     };
@@ -355,23 +363,22 @@ template <typename D> void ScheduleRunner<D>::loadBatch(int64_t microbatch, int6
 template <typename D>
 void ScheduleRunner<D>::forward(int64_t index, int64_t microbatch, size_t instr) {
   const plan::Chunk &chunk = chunkAt(index);
-  ChunkEnv<T> &env = envs[{index, microbatch}];
+  ChunkEnv<T> &env = envOf({index, microbatch});
   if (!chunk.input.empty() && !env.has(chunk.input)) {
     // With one pipeline stage the previous virtual stage is this rank's previous chunk.
     if (plan.parallel.pp != 1 || index == 0)
       scheduleError("the input '" + chunk.input + "' was not received before this forward");
     const plan::Chunk &previous = chunkAt(index - 1);
     bool keep = llvm::is_contained(liveness[size_t(index - 1)].readByBackward, previous.output);
-    env.values[chunk.input] = takeFrom({index - 1, microbatch}, previous.output, keep);
+    env.setValue(chunk.input) = takeFrom({index - 1, microbatch}, previous.output, keep);
   }
-  if (chunk.hasEmbedding && !env.ids.count("tokens"))
+  if (chunk.hasEmbedding && !env.ids("tokens"))
     scheduleError("no load_batch before the forward of the embedding chunk");
-  if (chunk.hasHead && !env.ids.count("labels"))
+  if (chunk.hasHead && !env.ids("labels"))
     scheduleError("no load_batch before the forward of the head chunk");
   runOps(chunk, /*backward=*/false, instr, env);
   if (chunk.hasHead) {
-    auto loss = env.values.find("loss");
-    if (loss == env.values.end())
+    if (!env.value("loss"))
       scheduleError("the head chunk's forward did not write 'loss'");
     stepLossSum += interpreter.lastLoss();
   }
@@ -387,7 +394,7 @@ void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch, size_t instr
   if (chunk.hasHead) {
     // Each microbatch's loss is a mean over its tokens; 1/M makes the step's gradient that of
     // the mean over all of this replica's tokens.
-    Tensor<T> &seed = env.values["loss.grad"];
+    Tensor<T> &seed = env.setValue("loss.grad");
     seed = Tensor<T>(memory, MemoryCategory::Activations, declaredShape(chunk, "loss.grad"),
                      Init::Overwritten);
     dev.fill(seed.data(), seed.numel(), 1.0 / double(plan.parallel.microbatches));
@@ -397,7 +404,7 @@ void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch, size_t instr
     if (plan.parallel.pp != 1 || index + 1 >= int64_t(plan.chunks.size()))
       scheduleError("the gradient '" + outputGrad + "' was not received before this backward");
     const plan::Chunk &next = chunkAt(index + 1);
-    env.values[outputGrad] =
+    env.setValue(outputGrad) =
         takeFrom({index + 1, microbatch}, plan::gradName(next.input), /*copy=*/false);
     envs.erase({index + 1, microbatch});
   }
@@ -405,13 +412,11 @@ void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch, size_t instr
   // Only the input gradient outlives the backward, until it is sent or handed over.
   std::string inputGrad = chunk.input.empty() ? "" : plan::gradName(chunk.input);
   Tensor<T> kept;
-  if (!inputGrad.empty() && env.values.count(inputGrad))
-    kept = std::move(env.values[inputGrad]);
-  env.values.clear();
-  env.ids.clear();
-  env.counts.clear();
+  if (Tensor<T> *grad = inputGrad.empty() ? nullptr : env.value(inputGrad))
+    kept = std::move(*grad);
+  env.clear();
   if (kept.buffer.allocated())
-    env.values[inputGrad] = std::move(kept);
+    env.setValue(inputGrad) = std::move(kept);
   else
     envs.erase(found);
 }
@@ -420,20 +425,20 @@ template <typename D> void ScheduleRunner<D>::runTransfers(llvm::ArrayRef<plan::
   std::vector<Transfer> transfers;
   for (const plan::Instr &instr : run) {
     const plan::Chunk &chunk = chunkAt(instr.chunk);
-    ChunkEnv<T> &env = envs[{instr.chunk, instr.microbatch}];
+    ChunkEnv<T> &env = envOf({instr.chunk, instr.microbatch});
     int64_t stage = chunk.virtualStage;
     auto sendTensor = [&](const std::string &name, int64_t boundary, bool gradient) {
-      auto it = env.values.find(name);
-      if (it == env.values.end())
+      Tensor<T> *tensor = env.value(name);
+      if (!tensor)
         scheduleError(describeInstr(instr) + ": '" + name + "' has not been computed yet");
       transfers.push_back(Transfer::send(instr.peer,
                                          transferTag(boundary, instr.microbatch, gradient),
-                                         it->second.data(), size_t(it->second.numel())));
+                                         tensor->data(), size_t(tensor->numel())));
     };
     auto recvTensor = [&](const std::string &name, int64_t boundary, bool gradient) {
       if (env.has(name))
         scheduleError(describeInstr(instr) + ": '" + name + "' was already received");
-      Tensor<T> &tensor = env.values[name];
+      Tensor<T> &tensor = env.setValue(name);
       // The receive writes every element (its count is checked against the send's).
       tensor = Tensor<T>(memory, MemoryCategory::Activations, declaredShape(chunk, name),
                          Init::Overwritten);
@@ -465,7 +470,7 @@ template <typename D> void ScheduleRunner<D>::runTransfers(llvm::ArrayRef<plan::
     Key key{instr.chunk, instr.microbatch};
     if (instr.op == InstrKind::SendAct &&
         !llvm::is_contained(liveness[size_t(instr.chunk)].readByBackward, chunk.output))
-      envs[key].values.erase(chunk.output);
+      envOf(key).erase(chunk.output);
     if (instr.op == InstrKind::SendGrad)
       envs.erase(key);
   }

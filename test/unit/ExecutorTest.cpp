@@ -356,8 +356,10 @@ TEST(OpInterpreter, CollectivesAndSplitsAlongAnInnerDim) {
     MemoryTracker &memory = device.memory();
     ParamStore<CpuDevice<double>> params(plan, device);
     OpInterpreter<CpuDevice<double>> interpreter(plan, params, comm);
-    ChunkEnv<double> env;
-    Tensor<double> &x = env.values["x"];
+    const plan::Chunk &chunk = plan.chunks[0];
+    ChunkNames names(chunk);
+    ChunkEnv<double> env(names);
+    Tensor<double> &x = env.setValue("x");
     x = Tensor<double>(memory, MemoryCategory::Activations, {2, 3, 2});
     auto xValue = [](int64_t r, int64_t i, int64_t j, int64_t k) {
       return double(100 * r + 10 * i + 2 * j + k);
@@ -366,10 +368,9 @@ TEST(OpInterpreter, CollectivesAndSplitsAlongAnInnerDim) {
       for (int64_t j = 0; j < 3; ++j)
         for (int64_t k = 0; k < 2; ++k)
           x.data()[(i * 3 + j) * 2 + k] = xValue(rank, i, j, k);
-    const plan::Chunk &chunk = plan.chunks[0];
     interpreter.run(chunk, false, chunk.forward,
                     std::vector<std::vector<std::string>>(chunk.forward.size()), env);
-    const double *y = env.values["y"].data(), *z = env.values["z"].data();
+    const double *y = env.value("y")->data(), *z = env.value("z")->data();
     for (int64_t i = 0; i < 2; ++i)
       for (int64_t j = 0; j < 6; ++j)
         for (int64_t k = 0; k < 2; ++k)
@@ -377,10 +378,10 @@ TEST(OpInterpreter, CollectivesAndSplitsAlongAnInnerDim) {
     // Both ranks gathered the same y, so member r's part of the sum is twice x_r.
     for (int64_t i = 0; i < 12; ++i)
       EXPECT_EQ(z[i], 2 * x.data()[i]);
-    EXPECT_EQ(env.values["p0"].data()[2], y[2]); // (0, 1, 0)
-    EXPECT_EQ(env.values["p1"].data()[0], y[4]); // (0, 2, 0)
+    EXPECT_EQ(env.value("p0")->data()[2], y[2]); // (0, 1, 0)
+    EXPECT_EQ(env.value("p1")->data()[0], y[4]); // (0, 2, 0)
     for (int64_t i = 0; i < 24; ++i)
-      EXPECT_EQ(env.values["w"].data()[i], y[i]);
+      EXPECT_EQ(env.value("w")->data()[i], y[i]);
   });
   for (const std::string &error : errors)
     EXPECT_EQ(error, "");
@@ -406,9 +407,10 @@ TEST(OpInterpreter, ParameterGradientsAccumulateAndOutputsAreWrittenOnce) {
     ASSERT_FALSE(bool(params.buildPartitions()));
     params.initialize(1);
     OpInterpreter<CpuDevice<double>> interpreter(plan, params, comm);
+    ChunkNames names(chunk);
     for (int pass = 0; pass < 2; ++pass) {
-      ChunkEnv<double> env;
-      Tensor<double> &a = env.values["a"];
+      ChunkEnv<double> env(names);
+      Tensor<double> &a = env.setValue("a");
       a = Tensor<double>(memory, MemoryCategory::Activations, {3});
       std::iota(a.data(), a.data() + 3, 1.0);
       interpreter.run(chunk, true, chunk.backward, {{}, {}}, env);
@@ -418,8 +420,8 @@ TEST(OpInterpreter, ParameterGradientsAccumulateAndOutputsAreWrittenOnce) {
     for (int64_t i = 0; i < 3; ++i)
       EXPECT_EQ(grad[i], 2 * ((i + 1.0 + 1.0) + (i + 1.0)));
 
-    ChunkEnv<double> env;
-    env.values["a"] = Tensor<double>(memory, MemoryCategory::Activations, {3});
+    ChunkEnv<double> env(names);
+    env.setValue("a") = Tensor<double>(memory, MemoryCategory::Activations, {3});
     std::vector<plan::Op> twice = {makeOp(plan::OpKind::GELU, {"a"}, {"b"}),
                                    makeOp(plan::OpKind::GELU, {"a"}, {"b"})};
     try {

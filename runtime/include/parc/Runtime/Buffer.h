@@ -9,6 +9,8 @@
 #ifndef PARC_RUNTIME_BUFFER_H
 #define PARC_RUNTIME_BUFFER_H
 
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <array>
@@ -111,14 +113,16 @@ private:
 };
 
 /// A named operand of an op list: the shape of the chunk's tensor table and its elements.
+/// The shape is held inline (a tensor has at most four dimensions in practice), so that
+/// making one in the step loop allocates nothing but its buffer, from the arena.
 template <typename E> struct Tensor {
-  std::vector<int64_t> shape;
+  llvm::SmallVector<int64_t, 4> shape;
   Buffer<E> buffer;
 
   Tensor() = default;
-  Tensor(MemoryTracker &tracker, MemoryCategory category, std::vector<int64_t> shape,
+  Tensor(MemoryTracker &tracker, MemoryCategory category, llvm::ArrayRef<int64_t> shape,
          Init init = Init::Zero)
-      : shape(std::move(shape)), buffer(tracker, category, size_t(numel()), init) {}
+      : shape(shape.begin(), shape.end()), buffer(tracker, category, size_t(numel()), init) {}
 
   int64_t numel() const {
     int64_t n = 1;

@@ -23,9 +23,10 @@
 #include "parc/Runtime/Profiler.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/ADT/StringMap.h"
 
+#include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 namespace parc::runtime {
@@ -37,22 +38,100 @@ struct RowCounts {
   std::vector<int64_t> shape, values;
 };
 
-/// The tensors of one (chunk, microbatch) between its forward and its backward.
-/// Hashed, not ordered: every operand and output of every op is looked up here, and nothing
-/// walks the tensors in order.
-template <typename T> struct ChunkEnv {
-  std::unordered_map<std::string, Tensor<T>> values;
-  std::unordered_map<std::string, Tensor<int64_t>> ids; // tokens and labels
-  std::unordered_map<std::string, RowCounts> counts;
+/// Every name a chunk's tensors go by (its tensor table, its ops' operands, the loss and the
+/// batch), numbered once per plan: a ChunkEnv is then an array, so that defining a tensor in
+/// the step loop allocates nothing and reading one hashes the name once.
+class ChunkNames {
+public:
+  explicit ChunkNames(const plan::Chunk &chunk);
+  /// The slot of `name`, or -1 when the chunk never names it.
+  int slot(llvm::StringRef name) const {
+    auto it = index.find(name);
+    return it == index.end() ? -1 : int(it->second);
+  }
+  size_t size() const { return index.size(); }
 
-  bool has(const std::string &name) const {
-    return values.count(name) || ids.count(name) || counts.count(name);
+private:
+  llvm::StringMap<unsigned> index;
+};
+
+/// The tensors of one (chunk, microbatch) between its forward and its backward, by name: a
+/// name holds values, token ids (tokens and labels) or row counts, or nothing.
+template <typename T> class ChunkEnv {
+public:
+  /// `names` outlives the environment.
+  explicit ChunkEnv(const ChunkNames &names) : names(&names), entries(names.size()) {}
+
+  /// The tensor `name` holds, or null when it holds none of that kind.
+  Tensor<T> *value(llvm::StringRef name) {
+    Entry *entry = find(name, Kind::Value);
+    return entry ? &entry->value : nullptr;
   }
-  void erase(const std::string &name) {
-    values.erase(name);
-    ids.erase(name);
-    counts.erase(name);
+  Tensor<int64_t> *ids(llvm::StringRef name) {
+    Entry *entry = find(name, Kind::Ids);
+    return entry ? &entry->ids : nullptr;
   }
+  RowCounts *counts(llvm::StringRef name) {
+    Entry *entry = find(name, Kind::Counts);
+    return entry ? &entry->counts : nullptr;
+  }
+  /// What `name` holds from now on, empty if it held nothing of that kind; the name must be
+  /// one of the chunk's (std::runtime_error otherwise).
+  Tensor<T> &setValue(llvm::StringRef name) { return set(name, Kind::Value).value; }
+  Tensor<int64_t> &setIds(llvm::StringRef name) { return set(name, Kind::Ids).ids; }
+  RowCounts &setCounts(llvm::StringRef name) { return set(name, Kind::Counts).counts; }
+
+  bool has(llvm::StringRef name) const {
+    int slot = names->slot(name);
+    return slot >= 0 && entries[size_t(slot)].kind != Kind::None;
+  }
+  void erase(llvm::StringRef name) {
+    int slot = names->slot(name);
+    if (slot >= 0)
+      reset(entries[size_t(slot)]);
+  }
+  void clear() {
+    for (Entry &entry : entries)
+      reset(entry);
+  }
+
+private:
+  enum class Kind : uint8_t { None, Value, Ids, Counts };
+  struct Entry {
+    Kind kind = Kind::None;
+    Tensor<T> value;
+    Tensor<int64_t> ids;
+    RowCounts counts;
+  };
+  /// The entry of `name` when it holds `kind`, else null.
+  Entry *find(llvm::StringRef name, Kind kind) {
+    int slot = names->slot(name);
+    if (slot < 0 || entries[size_t(slot)].kind != kind)
+      return nullptr;
+    return &entries[size_t(slot)];
+  }
+  Entry &set(llvm::StringRef name, Kind kind) {
+    int slot = names->slot(name);
+    if (slot < 0)
+      throw std::runtime_error("'" + name.str() + "' is not a tensor of this chunk");
+    Entry &entry = entries[size_t(slot)];
+    if (entry.kind != kind) {
+      reset(entry);
+      entry.kind = kind;
+    }
+    return entry;
+  }
+  static void reset(Entry &entry) {
+    if (entry.kind == Kind::None)
+      return;
+    entry.value = Tensor<T>();
+    entry.ids = Tensor<int64_t>();
+    entry.counts = RowCounts();
+    entry.kind = Kind::None;
+  }
+
+  const ChunkNames *names;
+  std::vector<Entry> entries;
 };
 
 /// For each op of a chunk's lists, the names to free once it ran.

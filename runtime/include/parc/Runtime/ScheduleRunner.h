@@ -92,6 +92,8 @@ private:
   std::vector<int64_t> declaredShape(const plan::Chunk &chunk, const std::string &name) const;
   int64_t transferTag(int64_t boundary, int64_t microbatch, bool gradient) const;
   Tensor<T> takeFrom(Key key, const std::string &name, bool copy);
+  /// The environment of (chunk, microbatch), made empty if there is none yet.
+  ChunkEnv<T> &envOf(Key key);
 
   const plan::RankPlan &plan;
   Communicator &comm;
@@ -103,6 +105,7 @@ private:
   GradSyncOverlap<D> gradSyncOverlap;
   WithinPlacement within;
   std::vector<ChunkLiveness> liveness;
+  std::vector<ChunkNames> names; // per chunk; the environments point into it
   std::vector<int64_t> worldRanks;
   std::map<Key, ChunkEnv<T>> envs;
   double stepLossSum = 0;
