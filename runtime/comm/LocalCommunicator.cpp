@@ -70,11 +70,12 @@ private:
   void checkNotFailed(llvm::function_ref<std::string()> what) override {
     Lock lock(state.mutex);
     if (!state.failure.empty())
-      checkNotFailedLocked(what());
+      checkNotFailedLocked(what);
   }
-  void checkNotFailedLocked(const std::string &what) {
+  /// `what` names the call in an error; it is built only then, not on every call.
+  void checkNotFailedLocked(llvm::function_ref<std::string()> what) {
     if (!state.failure.empty())
-      throw CommError(what + " gave up because the job failed: " + state.failure);
+      throw CommError(what() + " gave up because the job failed: " + state.failure);
   }
 
   /// Waits until `ready()`, or throws when the job fails or the deadline passes; `awaited`
@@ -82,7 +83,8 @@ private:
   /// The stall is reported by the rank whose wait started it (State::stallRoot), under its own
   /// instruction, whichever rank's deadline passed first.
   template <typename Ready, typename Awaited, typename Describe>
-  void wait(Lock &lock, Clock::time_point deadline, const std::string &what, Ready ready,
+  void wait(Lock &lock, Clock::time_point deadline, llvm::function_ref<std::string()> what,
+            Ready ready,
             Awaited awaited, Describe describe,
             std::optional<std::pair<int64_t, int64_t>> receive = std::nullopt) {
     state.blocked[myRank] = {Clock::now(), awaited, receive};
@@ -118,7 +120,7 @@ private:
         }
       }
       double after = state.blamed == myRank ? state.blamedAfterSeconds : timeoutSeconds();
-      failLocked("timed out after " + formatSeconds(after) + " in " + what + ", waiting for " +
+      failLocked("timed out after " + formatSeconds(after) + " in " + what() + ", waiting for " +
                  describe(awaited()));
     }
   }
@@ -131,8 +133,10 @@ private:
              ArrayRef<size_t> counts = {}) {
     key.first.assign(group.ranks.begin(), group.ranks.end());
     key.second = nextSequence[key.first]++;
-    std::string what = describe(spelling(signature.kind),
-                                signature.kind == CollectiveKind::Agree ? Group() : group.ranks);
+    auto what = [&] {
+      return describe(spelling(signature.kind),
+                      signature.kind == CollectiveKind::Agree ? Group() : group.ranks);
+    };
     Clock::time_point deadline = deadlineAfter(timeoutSeconds());
     // An all_reduce reads and writes its members' buffers in place: each member is blocked
     // in this call until the fold is complete, so they stay valid. Any other collective's
@@ -207,7 +211,8 @@ private:
   }
 
   /// The wait of a member that did not arrive last: until the slot is complete.
-  void waitForFold(Lock &lock, Clock::time_point deadline, const std::string &what, Slot &slot,
+  void waitForFold(Lock &lock, Clock::time_point deadline, llvm::function_ref<std::string()> what,
+                   Slot &slot,
                    GroupCall group, size_t members) {
     wait(
         lock, deadline, what, [&] { return slot.complete; },
@@ -367,7 +372,7 @@ private:
     }
     Lock lock(state.mutex);
     if (!state.failure.empty())
-      checkNotFailedLocked(describe(transfers));
+      checkNotFailedLocked([&] { return describe(transfers); });
     size_t next = 0;
     for (const Transfer &transfer : transfers)
       if (transfer.kind == Transfer::Kind::Send)
@@ -380,7 +385,7 @@ private:
     for (const Transfer &transfer : transfers) {
       if (transfer.kind != Transfer::Kind::Recv)
         continue;
-      std::string what = describe(transfer);
+      auto what = [&] { return describe(transfer); };
       std::tuple<int64_t, int64_t, int64_t> box{transfer.peer, myRank, transfer.tag};
       wait(
           lock, deadline, what,
@@ -399,7 +404,7 @@ private:
       if (it->second.empty())
         state.mailboxes.erase(it);
       if (message.type != transfer.type || message.count != transfer.count)
-        failLocked(what + ": rank " + std::to_string(transfer.peer) + " sent " +
+        failLocked(what() + ": rank " + std::to_string(transfer.peer) + " sent " +
                    std::to_string(message.count) + " x " + spelling(message.type).str() + " but " +
                    std::to_string(transfer.count) + " x " + spelling(transfer.type).str() +
                    " were expected");

@@ -55,19 +55,27 @@ void checkAttentionStats(const Operand &stats, const Operand &q, int64_t heads, 
 }
 } // namespace
 
-ChunkNames::ChunkNames(const plan::Chunk &chunk) {
+ChunkNames::ChunkNames(const plan::Chunk &chunk)
+    : forwardOps(chunk.forward.data()), backwardOps(chunk.backward.data()) {
   auto add = [&](llvm::StringRef name) {
-    if (!name.empty())
-      index.try_emplace(name, unsigned(index.size()));
+    if (name.empty())
+      return -1;
+    auto [it, inserted] = index.try_emplace(name, unsigned(index.size()));
+    if (inserted) {
+      auto type = chunk.tensors.find(name.str());
+      types.push_back(type == chunk.tensors.end() ? nullptr : &type->second);
+    }
+    return int(it->second);
   };
   for (const auto &entry : chunk.tensors)
     add(entry.first);
-  for (const auto *ops : {&chunk.forward, &chunk.backward})
+  for (auto [ops, slots] : {std::pair(&chunk.forward, &forward), {&chunk.backward, &backward}})
     for (const plan::Op &op : *ops) {
+      OpSlots &opSlots = slots->emplace_back();
       for (const std::string &name : op.inputs)
-        add(name);
+        opSlots.inputs.push_back(add(name));
       for (const std::string &name : op.outputs)
-        add(name);
+        opSlots.outputs.push_back(add(name));
     }
   // What the schedule hands over, loads and seeds (ScheduleRunner.cpp).
   for (const std::string &boundary : {chunk.input, chunk.output})
@@ -77,6 +85,16 @@ ChunkNames::ChunkNames(const plan::Chunk &chunk) {
     }
   for (llvm::StringRef name : {"loss", "loss.grad", "tokens", "labels"})
     add(name);
+}
+
+std::vector<ChunkNames::Freed>
+ChunkNames::freed(const std::vector<std::vector<std::string>> &lists) const {
+  std::vector<Freed> result(lists.size());
+  for (size_t i = 0; i < lists.size(); ++i)
+    for (const std::string &name : lists[i])
+      if (int found = slot(name); found >= 0)
+        result[i].push_back(found);
+  return result;
 }
 
 ChunkLiveness ChunkLiveness::analyze(const plan::Chunk &chunk) {
@@ -116,7 +134,7 @@ template <typename D> int64_t OpInterpreter<D>::Operand::numel() const { return 
 
 template <typename D>
 void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayRef<plan::Op> ops,
-                           const std::vector<std::vector<std::string>> &freeAfter, ChunkEnv<T> &env,
+                           const std::vector<ChunkNames::Freed> &freeAfter, ChunkEnv<T> &env,
                            llvm::function_ref<void(size_t)> afterOp,
                            llvm::function_ref<void(size_t)> beforeOp) {
   auto isPointToPoint = [&](size_t i) {
@@ -130,7 +148,7 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
         ++end;
     for (size_t j = i; j < end && beforeOp; ++j)
       beforeOp(j);
-    Context ctx{chunk, ops[i], env, freeAfter[i], {}};
+    Context ctx{chunk, ops[i], env, freeAfter[i], {}, env.chunkNames().slotsOf(ops, i)};
     StopWatch watch;
     try {
       if (isPointToPoint(i))
@@ -148,8 +166,8 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
     if (profile)
       record(ctx, watch);
     for (; i < end; ++i) {
-      for (const std::string &name : freeAfter[i])
-        env.erase(name);
+      for (int slot : freeAfter[i])
+        env.eraseAt(slot);
       if (afterOp)
         afterOp(i);
     }
@@ -166,7 +184,8 @@ template <typename D> void OpInterpreter<D>::record(Context &ctx, const StopWatc
 template <typename D>
 typename OpInterpreter<D>::Operand OpInterpreter<D>::in(Context &ctx, size_t i) {
   const std::string &name = ctx.op.inputs[i];
-  if (Tensor<T> *value = ctx.env.value(name))
+  int slot = ctx.slots ? ctx.slots->inputs[i] : ctx.env.chunkNames().slot(name);
+  if (Tensor<T> *value = ctx.env.valueAt(slot))
     return {value->data(), value->shape};
   if (typename ParamStore<D>::Param *param = params.find(name)) {
     if (param->released())
@@ -204,15 +223,16 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i,
     pending.grad = grad;
     return {pending.scratch.data(), param->localShape};
   }
-  auto type = ctx.chunk.tensors.find(name);
-  if (type == ctx.chunk.tensors.end())
+  int slot = outputSlot(ctx, i);
+  const plan::TensorType *type = ctx.env.chunkNames().type(slot);
+  if (!type)
     opError("output '" + name + "' is missing from the chunk's tensor table");
-  if (type->second.dtype == plan::DType::Int64)
+  if (type->dtype == plan::DType::Int64)
     opError("output '" + name + "' is declared int64; ops write only floating-point tensors");
-  if (ctx.env.has(name))
+  if (ctx.env.hasAt(slot))
     opError("output '" + name + "' is written a second time in this pass");
-  Tensor<T> &tensor = ctx.env.setValue(name);
-  tensor = Tensor<T>(memory, MemoryCategory::Activations, type->second.shape,
+  Tensor<T> &tensor = ctx.env.setValueAt(name, slot);
+  tensor = Tensor<T>(memory, MemoryCategory::Activations, type->shape,
                      kernelAdds ? Init::Zero : Init::Overwritten);
   return {tensor.data(), tensor.shape};
 }
@@ -220,18 +240,25 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i,
 template <typename D>
 typename OpInterpreter<D>::Operand OpInterpreter<D>::outOver(Context &ctx, size_t o, size_t i) {
   const std::string &input = ctx.op.inputs[i], &output = ctx.op.outputs[o];
-  Tensor<T> *value = ctx.env.value(input);
-  auto type = ctx.chunk.tensors.find(output);
-  bool dies = llvm::is_contained(ctx.freedAfter, input);
-  if (!dies || !value || params.gradOwner(output) || type == ctx.chunk.tensors.end() ||
-      llvm::ArrayRef<int64_t>(type->second.shape) != llvm::ArrayRef<int64_t>(value->shape) ||
-      ctx.env.has(output))
+  const ChunkNames &names = ctx.env.chunkNames();
+  int inSlot = ctx.slots ? ctx.slots->inputs[i] : names.slot(input);
+  int outSlot = outputSlot(ctx, o);
+  Tensor<T> *value = ctx.env.valueAt(inSlot);
+  const plan::TensorType *type = names.type(outSlot);
+  bool dies = inSlot >= 0 && llvm::is_contained(ctx.freedAfter, inSlot);
+  if (!dies || !value || params.gradOwner(output) || !type ||
+      llvm::ArrayRef<int64_t>(type->shape) != llvm::ArrayRef<int64_t>(value->shape) ||
+      ctx.env.hasAt(outSlot))
     return out(ctx, o, false);
   Tensor<T> moved = std::move(*value);
-  ctx.env.erase(input);
-  Tensor<T> &tensor = ctx.env.setValue(output);
+  ctx.env.eraseAt(inSlot);
+  Tensor<T> &tensor = ctx.env.setValueAt(output, outSlot);
   tensor = std::move(moved);
   return {tensor.data(), tensor.shape};
+}
+
+template <typename D> int OpInterpreter<D>::outputSlot(Context &ctx, size_t i) const {
+  return ctx.slots ? ctx.slots->outputs[i] : ctx.env.chunkNames().slot(ctx.op.outputs[i]);
 }
 
 template <typename D>

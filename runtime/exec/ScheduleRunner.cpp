@@ -68,6 +68,8 @@ ScheduleRunner<D>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm
   for (const plan::Chunk &chunk : plan.chunks) {
     liveness.push_back(ChunkLiveness::analyze(chunk));
     names.emplace_back(chunk);
+    freed.emplace_back(names.back().freed(liveness.back().afterForward),
+                       names.back().freed(liveness.back().afterBackward));
   }
 }
 
@@ -268,7 +270,7 @@ void ScheduleRunner<D>::runOps(const plan::Chunk &chunk, bool backward, size_t i
         }
       }
   };
-  const ChunkLiveness &live = liveness[size_t(chunk.index)];
+  const auto &frees = freed[size_t(chunk.index)];
   llvm::ArrayRef<plan::Op> ops = backward ? chunk.backward : chunk.forward;
   if (ops.empty()) {
     runHooks(0, true);
@@ -276,7 +278,7 @@ void ScheduleRunner<D>::runOps(const plan::Chunk &chunk, bool backward, size_t i
     return;
   }
   interpreter.run(
-      chunk, backward, ops, backward ? live.afterBackward : live.afterForward, env,
+      chunk, backward, ops, backward ? frees.second : frees.first, env,
       [&](size_t op) {
         runHooks(op, false);
         if (backward)

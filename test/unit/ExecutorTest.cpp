@@ -369,7 +369,7 @@ TEST(OpInterpreter, CollectivesAndSplitsAlongAnInnerDim) {
         for (int64_t k = 0; k < 2; ++k)
           x.data()[(i * 3 + j) * 2 + k] = xValue(rank, i, j, k);
     interpreter.run(chunk, false, chunk.forward,
-                    std::vector<std::vector<std::string>>(chunk.forward.size()), env);
+                    std::vector<ChunkNames::Freed>(chunk.forward.size()), env);
     const double *y = env.value("y")->data(), *z = env.value("z")->data();
     for (int64_t i = 0; i < 2; ++i)
       for (int64_t j = 0; j < 6; ++j)

@@ -43,6 +43,14 @@ struct RowCounts {
 /// the step loop allocates nothing and reading one hashes the name once.
 class ChunkNames {
 public:
+  /// The slots of one op's inputs and outputs.
+  struct OpSlots {
+    llvm::SmallVector<int, 4> inputs, outputs;
+  };
+  /// The slots freed after one op (ChunkLiveness's names, numbered).
+  using Freed = llvm::SmallVector<int, 2>;
+
+  /// `chunk` outlives the names, and its op lists do not change.
   explicit ChunkNames(const plan::Chunk &chunk);
   /// The slot of `name`, or -1 when the chunk never names it.
   int slot(llvm::StringRef name) const {
@@ -50,9 +58,29 @@ public:
     return it == index.end() ? -1 : int(it->second);
   }
   size_t size() const { return index.size(); }
+  /// `lists` (ChunkLiveness's afterForward or afterBackward) by slot; names the chunk lacks
+  /// hold nothing to free and are left out.
+  std::vector<Freed> freed(const std::vector<std::vector<std::string>> &lists) const;
+  /// The tensor table's entry for the name in `slot`, or null (a parameter, a gradient
+  /// written into one, or a name the table lacks).
+  const plan::TensorType *type(int slot) const {
+    return slot < 0 ? nullptr : types[size_t(slot)];
+  }
+  /// The slots of op i of `ops` when `ops` is one of the chunk's own lists, else null (the
+  /// caller then looks the names up).
+  const OpSlots *slotsOf(llvm::ArrayRef<plan::Op> ops, size_t i) const {
+    if (ops.data() == forwardOps && ops.size() == forward.size())
+      return &forward[i];
+    if (ops.data() == backwardOps && ops.size() == backward.size())
+      return &backward[i];
+    return nullptr;
+  }
 
 private:
   llvm::StringMap<unsigned> index;
+  std::vector<const plan::TensorType *> types;
+  const plan::Op *forwardOps = nullptr, *backwardOps = nullptr;
+  std::vector<OpSlots> forward, backward;
 };
 
 /// The tensors of one (chunk, microbatch) between its forward and its backward, by name: a
@@ -62,37 +90,43 @@ public:
   /// `names` outlives the environment.
   explicit ChunkEnv(const ChunkNames &names) : names(&names), entries(names.size()) {}
 
+  const ChunkNames &chunkNames() const { return *names; }
+
   /// The tensor `name` holds, or null when it holds none of that kind.
-  Tensor<T> *value(llvm::StringRef name) {
-    Entry *entry = find(name, Kind::Value);
-    return entry ? &entry->value : nullptr;
-  }
+  Tensor<T> *value(llvm::StringRef name) { return valueAt(names->slot(name)); }
   Tensor<int64_t> *ids(llvm::StringRef name) {
-    Entry *entry = find(name, Kind::Ids);
+    Entry *entry = find(names->slot(name), Kind::Ids);
     return entry ? &entry->ids : nullptr;
   }
   RowCounts *counts(llvm::StringRef name) {
-    Entry *entry = find(name, Kind::Counts);
+    Entry *entry = find(names->slot(name), Kind::Counts);
     return entry ? &entry->counts : nullptr;
   }
   /// What `name` holds from now on, empty if it held nothing of that kind; the name must be
   /// one of the chunk's (std::runtime_error otherwise).
-  Tensor<T> &setValue(llvm::StringRef name) { return set(name, Kind::Value).value; }
-  Tensor<int64_t> &setIds(llvm::StringRef name) { return set(name, Kind::Ids).ids; }
-  RowCounts &setCounts(llvm::StringRef name) { return set(name, Kind::Counts).counts; }
-
-  bool has(llvm::StringRef name) const {
-    int slot = names->slot(name);
-    return slot >= 0 && entries[size_t(slot)].kind != Kind::None;
+  Tensor<T> &setValue(llvm::StringRef name) { return set(name, names->slot(name), Kind::Value).value; }
+  Tensor<int64_t> &setIds(llvm::StringRef name) { return set(name, names->slot(name), Kind::Ids).ids; }
+  RowCounts &setCounts(llvm::StringRef name) {
+    return set(name, names->slot(name), Kind::Counts).counts;
   }
-  void erase(llvm::StringRef name) {
-    int slot = names->slot(name);
-    if (slot >= 0)
-      reset(entries[size_t(slot)]);
-  }
+  bool has(llvm::StringRef name) const { return hasAt(names->slot(name)); }
+  void erase(llvm::StringRef name) { eraseAt(names->slot(name)); }
   void clear() {
     for (Entry &entry : entries)
       reset(entry);
+  }
+
+  /// The same by slot (ChunkNames), for the interpreter, which knows each op's; slot -1 is a
+  /// name the chunk lacks.
+  Tensor<T> *valueAt(int slot) {
+    Entry *entry = find(slot, Kind::Value);
+    return entry ? &entry->value : nullptr;
+  }
+  Tensor<T> &setValueAt(llvm::StringRef name, int slot) { return set(name, slot, Kind::Value).value; }
+  bool hasAt(int slot) const { return slot >= 0 && entries[size_t(slot)].kind != Kind::None; }
+  void eraseAt(int slot) {
+    if (slot >= 0)
+      reset(entries[size_t(slot)]);
   }
 
 private:
@@ -103,15 +137,13 @@ private:
     Tensor<int64_t> ids;
     RowCounts counts;
   };
-  /// The entry of `name` when it holds `kind`, else null.
-  Entry *find(llvm::StringRef name, Kind kind) {
-    int slot = names->slot(name);
+  /// The entry in `slot` when it holds `kind`, else null.
+  Entry *find(int slot, Kind kind) {
     if (slot < 0 || entries[size_t(slot)].kind != kind)
       return nullptr;
     return &entries[size_t(slot)];
   }
-  Entry &set(llvm::StringRef name, Kind kind) {
-    int slot = names->slot(name);
+  Entry &set(llvm::StringRef name, int slot, Kind kind) {
     if (slot < 0)
       throw std::runtime_error("'" + name.str() + "' is not a tensor of this chunk");
     Entry &entry = entries[size_t(slot)];
@@ -153,12 +185,12 @@ public:
   OpInterpreter(const plan::RankPlan &plan, ParamStore<D> &params, Communicator &comm)
       : plan(plan), params(params), comm(comm), dev(params.device()), memory(dev.memory()) {}
 
-  /// Runs `ops` of `chunk` on `env`, freeing after op i the names in freeAfter[i]. Errors
+  /// Runs `ops` of `chunk` on `env`, freeing after op i the slots in freeAfter[i]. Errors
   /// (std::runtime_error, CommError) name the op: "forward[12] (matmul -> block.0.attn.q.mm)".
   /// `afterOp(i)`, when given, runs once op i and its gradient accumulation are queued;
   /// `beforeOp(i)` before op i reads its operands.
   void run(const plan::Chunk &chunk, bool backward, llvm::ArrayRef<plan::Op> ops,
-           const std::vector<std::vector<std::string>> &freeAfter, ChunkEnv<T> &env,
+           const std::vector<ChunkNames::Freed> &freeAfter, ChunkEnv<T> &env,
            llvm::function_ref<void(size_t)> afterOp = nullptr,
            llvm::function_ref<void(size_t)> beforeOp = nullptr);
 
@@ -185,10 +217,12 @@ public:
     const plan::Chunk &chunk;
     const plan::Op &op;
     ChunkEnv<T> &env;
-    /// The names freed once the op has run (their last use is this op): an op may write its
+    /// The slots freed once the op has run (their last use is this op): an op may write its
     /// output over one of them.
-    llvm::ArrayRef<std::string> freedAfter;
+    llvm::ArrayRef<int> freedAfter;
     std::vector<PendingGrad> pending;
+    /// The slots of the op's names in `env` when known (ChunkNames::slotsOf).
+    const ChunkNames::OpSlots *slots = nullptr;
   };
 
 private:
@@ -226,6 +260,7 @@ private:
   /// Output `o` in the storage of input `i` when that input is an activation of the same
   /// shape whose last use is this op (it is renamed to the output); a new tensor otherwise.
   Operand outOver(Context &ctx, size_t o, size_t i);
+  int outputSlot(Context &ctx, size_t i) const;
   /// Adds the op just run (and its gradient accumulation) to the profile.
   void record(Context &ctx, const StopWatch &watch);
   const std::vector<int64_t> &group(const plan::Op &op) const;

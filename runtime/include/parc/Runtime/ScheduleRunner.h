@@ -106,6 +106,8 @@ private:
   WithinPlacement within;
   std::vector<ChunkLiveness> liveness;
   std::vector<ChunkNames> names; // per chunk; the environments point into it
+  /// Per chunk, its liveness's afterForward and afterBackward by slot.
+  std::vector<std::pair<std::vector<ChunkNames::Freed>, std::vector<ChunkNames::Freed>>> freed;
   std::vector<int64_t> worldRanks;
   std::map<Key, ChunkEnv<T>> envs;
   double stepLossSum = 0;
