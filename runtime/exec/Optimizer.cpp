@@ -53,12 +53,12 @@ StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::R
     return stats;
 
   const plan::TrainSettings &train = plan.train;
+  // The clipping factor is applied as the step reads each gradient (the gradients are cleared
+  // after it), not by a pass of its own over them.
+  double clipScale = 1.0;
   if (train.gradClip > 0 && stats.gradNorm > train.gradClip) {
     stats.clipped = true;
-    double factor = train.gradClip / (stats.gradNorm + 1e-6);
-    for (size_t i = 0; i < owned.size(); ++i)
-      if (owned[i])
-        dev.scale(owned[i], params.all()[i].ownedCount(), factor);
+    clipScale = train.gradClip / (stats.gradNorm + 1e-6);
   }
 
   stats.lr = learningRate(train, update);
@@ -87,6 +87,7 @@ StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::R
       config.eps = train.eps;
       config.weightDecay = decay;
       config.step = update + 1;
+      config.gradScale = clipScale;
       dev.adamwStep(weights, param.master.data(), grad, param.moment1.data(), param.moment2.data(),
                     count, config);
     } else {
@@ -96,6 +97,7 @@ StepStats optimizerStep(ParamStore<D> &params, Communicator &comm, const plan::R
       config.lr = stats.lr;
       config.momentum = train.momentum;
       config.weightDecay = decay;
+      config.gradScale = clipScale;
       dev.sgdStep(weights, param.master.data(), grad,
                   param.moment1.allocated() ? param.moment1.data() : nullptr, count, config);
     }

@@ -377,10 +377,12 @@ TYPED_TEST(CudaKernelsTest, Optimizer) {
   adamw.lr = 1e-2;
   adamw.weightDecay = 0.1;
   adamw.step = 3;
+  adamw.gradScale = 0.8; // a clipping factor
   cpu::SGDConfig sgd;
   sgd.lr = 0.05;
   sgd.momentum = 0.9;
   sgd.weightDecay = 0.01;
+  sgd.gradScale = 0.8;
   Device<T> dParam(param), dGrad(grad), dM(m), dV(v), dSgdParam(param), dBuffer(buffer),
       dScaled(grad);
   Device<double> dSquares(1);

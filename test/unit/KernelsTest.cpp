@@ -556,6 +556,63 @@ TEST(KernelsTest, SquaredSumAndScale) {
   EXPECT_EQ(squaredSum(f.data(), 2), 5.0);
 }
 
+// The clipping factor folded into the step reads the bits scale() would have left in the
+// gradient: both steps give the same parameters and moments, bit for bit.
+template <typename T> void expectGradScaleFoldsExactly() {
+  std::mt19937_64 rng(29);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const int64_t n = 1037; // not a multiple of any vector width
+  std::vector<T> grad(n), param(n), m(n), v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    grad[i] = T(normal(rng));
+    param[i] = T(normal(rng));
+    m[i] = T(0.1 * normal(rng));
+    v[i] = T(std::abs(0.01 * normal(rng)));
+  }
+  const double factor = 1.0 / (3.7 + 1e-6);
+  std::vector<T> scaled = grad;
+  scale(scaled.data(), n, factor);
+
+  AdamWConfig adam;
+  adam.weightDecay = 0.1;
+  adam.step = 3;
+  std::vector<T> p1 = param, m1 = m, v1 = v, p2 = param, m2 = m, v2 = v;
+  adamwStep(p1.data(), scaled.data(), m1.data(), v1.data(), n, adam);
+  adam.gradScale = factor;
+  adamwStep(p2.data(), grad.data(), m2.data(), v2.data(), n, adam);
+  EXPECT_EQ(p1, p2);
+  EXPECT_EQ(m1, m2);
+  EXPECT_EQ(v1, v2);
+
+  SGDConfig sgd;
+  sgd.momentum = 0.9;
+  sgd.weightDecay = 0.1;
+  std::vector<T> q1 = param, b1 = m, q2 = param, b2 = m;
+  sgdStep(q1.data(), scaled.data(), b1.data(), n, sgd);
+  sgd.gradScale = factor;
+  sgdStep(q2.data(), grad.data(), b2.data(), n, sgd);
+  EXPECT_EQ(q1, q2);
+  EXPECT_EQ(b1, b2);
+}
+
+TEST(KernelsTest, GradScaleInTheStepEqualsScalingTheGradientFirst) {
+  expectGradScaleFoldsExactly<float>();
+  expectGradScaleFoldsExactly<double>();
+}
+
+TEST(KernelsTest, SquaredSumOfALongVectorAgreesWithALongDoubleSum) {
+  std::mt19937_64 rng(31);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const int64_t n = 3 * 4096 + 45; // whole blocks, a short one, lanes left over
+  std::vector<float> f(n);
+  long double reference = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    f[i] = float(normal(rng));
+    reference += (long double)f[i] * f[i];
+  }
+  EXPECT_NEAR(squaredSum(f.data(), n), double(reference), 1e-13 * double(reference));
+}
+
 TEST(KernelsTest, FloatKernelsAgreeWithDouble) {
   std::mt19937_64 rng(13);
   const int64_t seq = 4, batch = 2, heads = 2, headDim = 4;

@@ -20,7 +20,7 @@ namespace parc::runtime::cpu {
 namespace {
 // AdamW's per-step constants, in double.
 struct AdamWTerms {
-  double correction1, correction2, decay, beta1, beta2, lr, eps;
+  double correction1, correction2, decay, beta1, beta2, lr, eps, gradScale;
 };
 
 template <typename T>
@@ -28,7 +28,7 @@ template <typename T>
                                                  int64_t begin, int64_t end, const AdamWTerms &c) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
-    double p = param[i] * c.decay, g = grad[i];
+    double p = param[i] * c.decay, g = T(grad[i] * c.gradScale);
     double mi = c.beta1 * m[i] + (1.0 - c.beta1) * g;
     double vi = c.beta2 * v[i] + (1.0 - c.beta2) * g * g;
     m[i] = T(mi);
@@ -47,6 +47,14 @@ void adamwRange(double *param, const double *grad, double *m, double *v, int64_t
                 int64_t end, const AdamWTerms &terms) {
   adamwElements(param, grad, m, v, begin, end, terms);
 }
+// sum x^2 of one block, in 32 fixed lanes: independent chains of double adds that fill
+// AVX-512's two adders where one running sum waits on each add's latency.
+template <typename T>
+[[gnu::always_inline]] inline double blockSquaresOf(const T *x, int64_t n) {
+  return detail::laneSum<double, 32>(n, [&](int64_t i) { return double(x[i]) * x[i]; });
+}
+PARC_VECTOR_CLONES double blockSquares(const float *x, int64_t n) { return blockSquaresOf(x, n); }
+double blockSquares(const double *x, int64_t n) { return blockSquaresOf(x, n); }
 } // namespace
 
 template <typename T>
@@ -58,7 +66,8 @@ void adamwStep(T *param, const T *grad, T *m, T *v, int64_t n, const AdamWConfig
                    config.beta1,
                    config.beta2,
                    config.lr,
-                   config.eps};
+                   config.eps,
+                   config.gradScale};
   detail::forElements(n, [&](int64_t begin, int64_t end) {
     adamwRange(param, grad, m, v, begin, end, terms);
   });
@@ -69,7 +78,7 @@ void sgdStep(T *param, const T *grad, T *momentumBuffer, int64_t n, const SGDCon
   // g' = g + wd p; buf = momentum buf + g'; p -= lr buf
   detail::forElements(n, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      double step = grad[i] + config.weightDecay * param[i];
+      double step = T(grad[i] * config.gradScale) + config.weightDecay * param[i];
       if (config.momentum != 0.0) {
         step += config.momentum * momentumBuffer[i];
         momentumBuffer[i] = T(step);
@@ -87,14 +96,8 @@ template <typename T> double squaredSum(const T *x, int64_t n) {
   partials.assign(size_t(blocks), 0.0);
   double *blockSums = partials.data(); // the workers' own `partials` are other vectors
   detail::parallelFor(blocks, detail::elementGrain / block + 1, [&](int64_t first, int64_t last) {
-    for (int64_t b = first; b < last; ++b) {
-      double sum = 0;
-      int64_t end = std::min(n, (b + 1) * block);
-#pragma omp simd reduction(+ : sum)
-      for (int64_t i = b * block; i < end; ++i)
-        sum += double(x[i]) * x[i];
-      blockSums[b] = sum;
-    }
+    for (int64_t b = first; b < last; ++b)
+      blockSums[b] = blockSquares(x + b * block, std::min(n, (b + 1) * block) - b * block);
   });
   double sum = 0;
   for (double partial : partials)

@@ -48,9 +48,11 @@ void adamwStep(T *param, const T *grad, T *m, T *v, int64_t n, const AdamWConfig
   double correction1 = 1.0 - std::pow(config.beta1, double(config.step));
   double correction2 = 1.0 - std::pow(config.beta2, double(config.step));
   double lr = config.lr, beta1 = config.beta1, beta2 = config.beta2, eps = config.eps;
-  double decay = 1.0 - config.lr * config.weightDecay;
+  double decay = 1.0 - config.lr * config.weightDecay, gradScale = config.gradScale;
   forEach(n, stream, "adamwStep", [=] __device__(int64_t i) {
-    double p = toDouble(param[i]) * decay, g = toDouble(grad[i]);
+    // g rounded to T after scaling, as the CPU's (and as scale() in place would leave it)
+    double p = toDouble(param[i]) * decay;
+    double g = toDouble(fromDouble<T>(toDouble(grad[i]) * gradScale));
     double mi = beta1 * toDouble(m[i]) + (1.0 - beta1) * g;
     double vi = beta2 * toDouble(v[i]) + (1.0 - beta2) * g * g;
     m[i] = fromDouble<T>(mi);
@@ -64,8 +66,10 @@ void sgdStep(T *param, const T *grad, T *momentumBuffer, int64_t n, const SGDCon
              cudaStream_t stream) {
   // g' = g + wd p; buf = momentum buf + g'; p -= lr buf
   double lr = config.lr, momentum = config.momentum, decay = config.weightDecay;
+  double gradScale = config.gradScale;
   forEach(n, stream, "sgdStep", [=] __device__(int64_t i) {
-    double p = toDouble(param[i]), step = toDouble(grad[i]) + decay * p;
+    double p = toDouble(param[i]);
+    double step = toDouble(fromDouble<T>(toDouble(grad[i]) * gradScale)) + decay * p;
     if (momentum != 0.0) {
       step += momentum * toDouble(momentumBuffer[i]);
       momentumBuffer[i] = fromDouble<T>(step);

@@ -291,6 +291,9 @@ struct AdamWConfig {
   /// Decoupled (AdamW); the caller passes 0 for parameters of fewer than two dimensions.
   double weightDecay = 0.0;
   int64_t step = 1; // 1-based: the bias corrections are 1 - beta^step
+  /// The clipping factor: the step reads g = round_T(grad * gradScale), the bits it would read
+  /// had scale() multiplied the gradient in place first, without that pass over the buffer.
+  double gradScale = 1.0;
 };
 
 /// torch.optim.AdamW: p -= lr * wd * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
@@ -302,6 +305,8 @@ struct SGDConfig {
   double lr = 3e-4, momentum = 0.0;
   /// Coupled L2 as in torch.optim.SGD; 0 for parameters of fewer than two dimensions.
   double weightDecay = 0.0;
+  /// As AdamWConfig's.
+  double gradScale = 1.0;
 };
 
 /// torch.optim.SGD (no dampening, no Nesterov): g' = g + wd p; buf = momentum buf + g';
@@ -311,7 +316,7 @@ void sgdStep(T *param, const T *grad, T *momentumBuffer, int64_t n, const SGDCon
 
 /// Returns sum x^2 (accumulated in double), this rank's part of the squared global norm.
 template <typename T> double squaredSum(const T *x, int64_t n);
-/// x *= factor (gradient clipping).
+/// x *= factor (the loss scale's inverse; the clipping factor rides in the step's gradScale).
 template <typename T> void scale(T *x, int64_t n, double factor);
 
 } // namespace parc::runtime::cpu
