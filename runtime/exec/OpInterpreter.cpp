@@ -187,7 +187,7 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::in(Context &ctx, size_t i) 
   int slot = ctx.slots ? ctx.slots->inputs[i] : ctx.env.chunkNames().slot(name);
   if (Tensor<T> *value = ctx.env.valueAt(slot))
     return {value->data(), value->shape};
-  if (typename ParamStore<D>::Param *param = params.find(name)) {
+  if (typename ParamStore<D>::Param *param = paramAt(ctx, slot, name, ParamUse::Value)) {
     if (param->released())
       opError("parameter '" + name +
               "' is released (ZeRO-3): the schedule must all_gather_params before this compute");
@@ -212,7 +212,8 @@ const int64_t *OpInterpreter<D>::ids(Context &ctx, size_t i, std::vector<int64_t
 template <typename D>
 typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i, bool kernelAdds) {
   const std::string &name = ctx.op.outputs[i];
-  if (typename ParamStore<D>::Param *param = params.gradOwner(name)) {
+  int slot = outputSlot(ctx, i);
+  if (typename ParamStore<D>::Param *param = paramAt(ctx, slot, name, ParamUse::Gradient)) {
     Grad *grad = params.writableGrad(*param);
     if constexpr (std::is_same_v<Grad, T>)
       if (kernelAdds)
@@ -223,7 +224,6 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::out(Context &ctx, size_t i,
     pending.grad = grad;
     return {pending.scratch.data(), param->localShape};
   }
-  int slot = outputSlot(ctx, i);
   const plan::TensorType *type = ctx.env.chunkNames().type(slot);
   if (!type)
     opError("output '" + name + "' is missing from the chunk's tensor table");
@@ -246,7 +246,7 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::outOver(Context &ctx, size_
   Tensor<T> *value = ctx.env.valueAt(inSlot);
   const plan::TensorType *type = names.type(outSlot);
   bool dies = inSlot >= 0 && llvm::is_contained(ctx.freedAfter, inSlot);
-  if (!dies || !value || params.gradOwner(output) || !type ||
+  if (!dies || !value || paramAt(ctx, outSlot, output, ParamUse::Gradient) || !type ||
       llvm::ArrayRef<int64_t>(type->shape) != llvm::ArrayRef<int64_t>(value->shape) ||
       ctx.env.hasAt(outSlot))
     return out(ctx, o, false);
@@ -255,6 +255,17 @@ typename OpInterpreter<D>::Operand OpInterpreter<D>::outOver(Context &ctx, size_
   Tensor<T> &tensor = ctx.env.setValueAt(output, outSlot);
   tensor = std::move(moved);
   return {tensor.data(), tensor.shape};
+}
+
+template <typename D>
+typename ParamStore<D>::Param *OpInterpreter<D>::paramAt(Context &ctx, int slot,
+                                                         llvm::StringRef name, ParamUse use) {
+  const ChunkNames &names = ctx.env.chunkNames();
+  bool gradient = use == ParamUse::Gradient;
+  int found = gradient ? names.gradOwnerAt(slot) : names.paramAt(slot);
+  if (found == ChunkNames::unbound)
+    return gradient ? params.gradOwner(name) : params.find(name);
+  return found < 0 ? nullptr : &params.all()[size_t(found)];
 }
 
 template <typename D> int OpInterpreter<D>::outputSlot(Context &ctx, size_t i) const {

@@ -68,6 +68,7 @@ ScheduleRunner<D>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm
   for (const plan::Chunk &chunk : plan.chunks) {
     liveness.push_back(ChunkLiveness::analyze(chunk));
     names.emplace_back(chunk);
+    names.back().bindParams(params);
     freed.emplace_back(names.back().freed(liveness.back().afterForward),
                        names.back().freed(liveness.back().afterBackward));
   }

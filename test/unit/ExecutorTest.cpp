@@ -408,7 +408,16 @@ TEST(OpInterpreter, ParameterGradientsAccumulateAndOutputsAreWrittenOnce) {
     params.initialize(1);
     OpInterpreter<CpuDevice<double>> interpreter(plan, params, comm);
     ChunkNames names(chunk);
+    EXPECT_EQ(names.paramAt(names.slot("w")), ChunkNames::unbound);
     for (int pass = 0; pass < 2; ++pass) {
+      // The first pass finds the parameter and its gradient by name, the second by slot.
+      if (pass == 1) {
+        names.bindParams(params);
+        EXPECT_EQ(names.paramAt(names.slot("w")), 0);
+        EXPECT_EQ(names.gradOwnerAt(names.slot("w.grad")), 0);
+        EXPECT_EQ(names.paramAt(names.slot("a")), -1);
+        EXPECT_EQ(names.gradOwnerAt(names.slot("w")), -1);
+      }
       ChunkEnv<double> env(names);
       Tensor<double> &a = env.setValue("a");
       a = Tensor<double>(memory, MemoryCategory::Activations, {3});

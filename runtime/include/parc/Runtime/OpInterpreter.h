@@ -66,6 +66,25 @@ public:
   const plan::TensorType *type(int slot) const {
     return slot < 0 ? nullptr : types[size_t(slot)];
   }
+  /// Marks which slots name a parameter of `params` (a ParamStore) and which a parameter's
+  /// gradient, by index into params.all(), so that the step loop finds an operand's parameter
+  /// by slot instead of by name.
+  template <typename Store> void bindParams(Store &params) {
+    auto indexOf = [&](const auto *param) {
+      return param ? int(param - params.all().data()) : -1;
+    };
+    valueParams.assign(index.size(), -1);
+    gradParams.assign(index.size(), -1);
+    for (const auto &entry : index) {
+      valueParams[entry.second] = indexOf(params.find(entry.first()));
+      gradParams[entry.second] = indexOf(params.gradOwner(entry.first()));
+    }
+  }
+  /// Since bindParams: the index of the parameter in `slot`, or of the one whose gradient it
+  /// is; -1 for none. Unbound (or slot -1): `unbound`, and the caller looks the name up.
+  static constexpr int unbound = -2;
+  int paramAt(int slot) const { return bound(valueParams, slot); }
+  int gradOwnerAt(int slot) const { return bound(gradParams, slot); }
   /// The slots of op i of `ops` when `ops` is one of the chunk's own lists, else null (the
   /// caller then looks the names up).
   const OpSlots *slotsOf(llvm::ArrayRef<plan::Op> ops, size_t i) const {
@@ -77,8 +96,13 @@ public:
   }
 
 private:
+  static int bound(const std::vector<int> &table, int slot) {
+    return slot < 0 || table.empty() ? unbound : table[size_t(slot)];
+  }
+
   llvm::StringMap<unsigned> index;
   std::vector<const plan::TensorType *> types;
+  std::vector<int> valueParams, gradParams; // by slot, once bound
   const plan::Op *forwardOps = nullptr, *backwardOps = nullptr;
   std::vector<OpSlots> forward, backward;
 };
@@ -248,6 +272,11 @@ private:
                    size_t last, ChunkEnv<T> &env);
 
   Operand in(Context &ctx, size_t i);
+  /// The parameter an input in `slot` reads (Value), or the one whose gradient an output in
+  /// `slot` writes (Gradient); null for none. By slot once the names are bound, by name before.
+  enum class ParamUse { Value, Gradient };
+  typename ParamStore<D>::Param *paramAt(Context &ctx, int slot, llvm::StringRef name,
+                                         ParamUse use);
   const int64_t *ids(Context &ctx, size_t i, std::vector<int64_t> *shape = nullptr);
   /// Input i as row counts; outCounts writes output i, as the tensor table declares it.
   const RowCounts &counts(Context &ctx, size_t i);
