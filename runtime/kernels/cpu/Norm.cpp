@@ -14,39 +14,63 @@
 #include "Rows.h"
 #include "VecMath.h"
 
+#include <array>
 #include <cmath>
+#include <type_traits>
 
 namespace parc::runtime::cpu {
 
 namespace {
-// A row's sums in double, in 8 fixed lanes (VecMath.h's laneSum).
-template <typename Term>
-[[gnu::always_inline]] inline double rowSum(int64_t dim, const Term &term) {
-  return detail::laneSum<double, 8>(dim, term);
+// Rows are normalised in groups of groupRows: a row's sums are chains of dependent adds
+// (laneSum's lanes), and a row of a few hundred elements waits on the adder's latency; the
+// rows of a group sum side by side (rowLaneSums) with each row's bits unchanged.
+constexpr int64_t groupRows = 4;
+template <int64_t R> using Rows = std::integral_constant<int64_t, R>;
+
+/// Calls group(Rows<R>{}, r) for rows [first, last): groups of groupRows, then single rows.
+template <typename Group>
+[[gnu::always_inline]] inline void forRowGroups(int64_t first, int64_t last, const Group &group) {
+  int64_t r = first;
+  for (; r + groupRows <= last; r += groupRows)
+    group(Rows<groupRows>{}, r);
+  for (; r < last; ++r)
+    group(Rows<1>{}, r);
+}
+
+// The sums of R rows in double, each in 8 fixed lanes (VecMath.h's rowLaneSums).
+template <int64_t R, typename... Terms>
+[[gnu::always_inline]] inline auto rowSums(int64_t dim, const Terms &...terms) {
+  return detail::rowLaneSums<double, 8, R>(dim, terms...);
 }
 
 struct RowStats {
   double mean, rstd;
 };
 
-// mean and 1 / sqrt(biased variance + eps) of one row whose mean is known
-template <typename T>
-[[gnu::always_inline]] inline RowStats statsAbout(const T *x, int64_t dim, double mean,
-                                                  double eps) {
-  double var = rowSum(dim, [&](int64_t i) { return (x[i] - mean) * (x[i] - mean); });
-  return {mean, 1.0 / std::sqrt(var / dim + eps)};
+// mean and 1 / sqrt(biased variance + eps) of R rows (row r at x + r dim) whose means are known
+template <int64_t R, typename T>
+[[gnu::always_inline]] inline std::array<RowStats, R>
+statsAbout(const T *x, int64_t dim, const std::array<double, R> &mean, double eps) {
+  auto var = rowSums<R>(dim, [&](int64_t r, int64_t i) {
+    return (x[r * dim + i] - mean[r]) * (x[r * dim + i] - mean[r]);
+  });
+  std::array<RowStats, R> stats;
+  for (int64_t r = 0; r < R; ++r)
+    stats[r] = {mean[r], 1.0 / std::sqrt(var[r][0] / dim + eps)};
+  return stats;
 }
 
-template <typename T>
-[[gnu::always_inline]] inline RowStats layerNormStats(const T *x, int64_t dim, double eps) {
-  return statsAbout(x, dim, rowSum(dim, [&](int64_t i) { return double(x[i]); }) / dim, eps);
-}
-
-// 1 / sqrt(mean(x^2) + eps) of one row
-template <typename T>
-[[gnu::always_inline]] inline double rmsNormRrms(const T *x, int64_t dim, double eps) {
-  double sumSq = rowSum(dim, [&](int64_t i) { return double(x[i]) * x[i]; });
-  return 1.0 / std::sqrt(sumSq / dim + eps);
+// 1 / sqrt(mean(x^2) + eps) of R rows
+template <int64_t R, typename T>
+[[gnu::always_inline]] inline std::array<double, R> rmsNormRrms(const T *x, int64_t dim,
+                                                                double eps) {
+  auto sumSq = rowSums<R>(dim, [&](int64_t r, int64_t i) {
+    return double(x[r * dim + i]) * x[r * dim + i];
+  });
+  std::array<double, R> rrms;
+  for (int64_t r = 0; r < R; ++r)
+    rrms[r] = 1.0 / std::sqrt(sumSq[r][0] / dim + eps);
+  return rrms;
 }
 
 // Rows [first, last) of each kernel, one function per kernel and type so that
@@ -55,93 +79,110 @@ template <typename T>
 [[gnu::always_inline]] inline void layerNormRows(T *y, const T *x, const T *weight, const T *bias,
                                                  int64_t first, int64_t last, int64_t dim,
                                                  double eps) {
-  for (int64_t r = first; r < last; ++r) {
-    const T *xr = x + r * dim;
-    T *yr = y + r * dim;
-    RowStats stats = layerNormStats(xr, dim, eps);
+  forRowGroups(first, last, [&](auto rows, int64_t r0) PARC_INLINE_LAMBDA {
+    constexpr int64_t R = decltype(rows)::value;
+    const T *xr = x + r0 * dim;
+    T *yr = y + r0 * dim;
+    auto sums = rowSums<R>(dim, [&](int64_t r, int64_t i) { return double(xr[r * dim + i]); });
+    std::array<double, R> mean;
+    for (int64_t r = 0; r < R; ++r)
+      mean[r] = sums[r][0] / dim;
+    std::array<RowStats, R> stats = statsAbout<R>(xr, dim, mean, eps);
+    for (int64_t r = 0; r < R; ++r) {
 #pragma omp simd
-    for (int64_t i = 0; i < dim; ++i)
-      yr[i] = T((xr[i] - stats.mean) * stats.rstd * weight[i] + bias[i]);
-  }
+      for (int64_t i = 0; i < dim; ++i)
+        yr[r * dim + i] =
+            T((xr[r * dim + i] - stats[r].mean) * stats[r].rstd * weight[i] + bias[i]);
+    }
+  });
 }
 
-template <typename T>
-[[gnu::always_inline]] inline void
-residualLayerNormRows(T *sum, T *y, const T *a, const T *b, const T *weight, const T *bias,
-                      int64_t first, int64_t last, int64_t dim, double eps) {
-  for (int64_t r = first; r < last; ++r) {
-    T *sr = sum + r * dim;
+// sum = a + b, then y = norm(sum) by normRows, a group of rows at a time while the sums are
+// in cache.
+template <typename T, typename NormRows>
+[[gnu::always_inline]] inline void residualThen(T *sum, const T *a, const T *b, int64_t first,
+                                                int64_t last, int64_t dim,
+                                                const NormRows &normRows) {
+  forRowGroups(first, last, [&](auto rows, int64_t r0) PARC_INLINE_LAMBDA {
+    constexpr int64_t R = decltype(rows)::value;
 #pragma omp simd
-    for (int64_t i = 0; i < dim; ++i)
-      sr[i] = a[r * dim + i] + b[r * dim + i];
-    layerNormRows(y + r * dim, sr, weight, bias, 0, 1, dim, eps);
-  }
+    for (int64_t i = r0 * dim; i < (r0 + R) * dim; ++i)
+      sum[i] = a[i] + b[i];
+    normRows(r0, r0 + R);
+  });
 }
 
 template <typename T>
 [[gnu::always_inline]] inline void
 layerNormBackwardRows(T *dx, T *part, const T *x, const T *weight, const T *dy, int64_t first,
                       int64_t last, int64_t dim, double eps) {
-  for (int64_t r = first; r < last; ++r) {
-    const T *xr = x + r * dim, *dyr = dy + r * dim;
-    auto g = [&](int64_t i) { return double(dyr[i]) * weight[i]; };
+  forRowGroups(first, last, [&](auto rows, int64_t r0) PARC_INLINE_LAMBDA {
+    constexpr int64_t R = decltype(rows)::value;
+    const T *xr = x + r0 * dim, *dyr = dy + r0 * dim;
+    auto g = [&](int64_t r, int64_t i) { return double(dyr[r * dim + i]) * weight[i]; };
     // sum(g) needs no statistics, so it shares the pass that sums x for the mean.
-    auto [xSum, gSum] = detail::laneSums<double, 8>(
-        dim, [&](int64_t i) { return double(xr[i]); }, g);
-    double gMean = gSum / dim;
-    RowStats stats = statsAbout(xr, dim, xSum / dim, eps);
-    auto xhat = [&](int64_t i) { return (xr[i] - stats.mean) * stats.rstd; };
-    double gxhatMean = rowSum(dim, [&](int64_t i) { return g(i) * xhat(i); }) / dim;
-#pragma omp simd
-    for (int64_t i = 0; i < dim; ++i) {
-      part[i] += T(dyr[i] * xhat(i));
-      part[dim + i] += dyr[i];
-      dx[r * dim + i] = T(stats.rstd * (g(i) - gMean - xhat(i) * gxhatMean));
+    auto sums = rowSums<R>(
+        dim, [&](int64_t r, int64_t i) { return double(xr[r * dim + i]); }, g);
+    std::array<double, R> mean, gMean;
+    for (int64_t r = 0; r < R; ++r) {
+      mean[r] = sums[r][0] / dim;
+      gMean[r] = sums[r][1] / dim;
     }
-  }
+    std::array<RowStats, R> stats = statsAbout<R>(xr, dim, mean, eps);
+    auto xhat = [&](int64_t r, int64_t i) {
+      return (xr[r * dim + i] - stats[r].mean) * stats[r].rstd;
+    };
+    auto gxhat = rowSums<R>(dim, [&](int64_t r, int64_t i) { return g(r, i) * xhat(r, i); });
+    for (int64_t r = 0; r < R; ++r) {
+      double gxhatMean = gxhat[r][0] / dim;
+#pragma omp simd
+      for (int64_t i = 0; i < dim; ++i) {
+        part[i] += T(dyr[r * dim + i] * xhat(r, i));
+        part[dim + i] += dyr[r * dim + i];
+        dx[(r0 + r) * dim + i] =
+            T(stats[r].rstd * (g(r, i) - gMean[r] - xhat(r, i) * gxhatMean));
+      }
+    }
+  });
 }
 
 template <typename T>
 [[gnu::always_inline]] inline void rmsNormRows(T *y, const T *x, const T *weight, int64_t first,
                                                int64_t last, int64_t dim, double eps) {
-  for (int64_t r = first; r < last; ++r) {
-    const T *xr = x + r * dim;
-    T *yr = y + r * dim;
-    double rrms = rmsNormRrms(xr, dim, eps);
+  forRowGroups(first, last, [&](auto rows, int64_t r0) PARC_INLINE_LAMBDA {
+    constexpr int64_t R = decltype(rows)::value;
+    const T *xr = x + r0 * dim;
+    T *yr = y + r0 * dim;
+    std::array<double, R> rrms = rmsNormRrms<R>(xr, dim, eps);
+    for (int64_t r = 0; r < R; ++r) {
 #pragma omp simd
-    for (int64_t i = 0; i < dim; ++i)
-      yr[i] = T(xr[i] * rrms * weight[i]);
-  }
-}
-
-template <typename T>
-[[gnu::always_inline]] inline void residualRmsNormRows(T *sum, T *y, const T *a, const T *b,
-                                                       const T *weight, int64_t first, int64_t last,
-                                                       int64_t dim, double eps) {
-  for (int64_t r = first; r < last; ++r) {
-    T *sr = sum + r * dim;
-#pragma omp simd
-    for (int64_t i = 0; i < dim; ++i)
-      sr[i] = a[r * dim + i] + b[r * dim + i];
-    rmsNormRows(y + r * dim, sr, weight, 0, 1, dim, eps);
-  }
+      for (int64_t i = 0; i < dim; ++i)
+        yr[r * dim + i] = T(xr[r * dim + i] * rrms[r] * weight[i]);
+    }
+  });
 }
 
 template <typename T>
 [[gnu::always_inline]] inline void rmsNormBackwardRows(T *dx, T *part, const T *x, const T *weight,
                                                        const T *dy, int64_t first, int64_t last,
                                                        int64_t dim, double eps) {
-  for (int64_t r = first; r < last; ++r) {
-    const T *xr = x + r * dim, *dyr = dy + r * dim;
-    double rrms = rmsNormRrms(xr, dim, eps);
-    double gxhatMean =
-        rowSum(dim, [&](int64_t i) { return double(dyr[i]) * weight[i] * (xr[i] * rrms); }) / dim;
+  forRowGroups(first, last, [&](auto rows, int64_t r0) PARC_INLINE_LAMBDA {
+    constexpr int64_t R = decltype(rows)::value;
+    const T *xr = x + r0 * dim, *dyr = dy + r0 * dim;
+    std::array<double, R> rrms = rmsNormRrms<R>(xr, dim, eps);
+    auto gxhat = rowSums<R>(dim, [&](int64_t r, int64_t i) {
+      return double(dyr[r * dim + i]) * weight[i] * (xr[r * dim + i] * rrms[r]);
+    });
+    for (int64_t r = 0; r < R; ++r) {
+      double gxhatMean = gxhat[r][0] / dim;
 #pragma omp simd
-    for (int64_t i = 0; i < dim; ++i) {
-      part[i] += T(dyr[i] * (xr[i] * rrms));
-      dx[r * dim + i] = T(rrms * (double(dyr[i]) * weight[i] - xr[i] * rrms * gxhatMean));
+      for (int64_t i = 0; i < dim; ++i) {
+        part[i] += T(dyr[r * dim + i] * (xr[r * dim + i] * rrms[r]));
+        dx[(r0 + r) * dim + i] = T(rrms[r] * (double(dyr[r * dim + i]) * weight[i] -
+                                               xr[r * dim + i] * rrms[r] * gxhatMean));
+      }
     }
-  }
+  });
 }
 
 // The same functions by overload, the float ones cloned.
@@ -152,7 +193,9 @@ template <typename T>
   }                                                                                                \
   ATTR void normRows(T *s, T *y, const T *a, const T *b2, const T *w, const T *b, int64_t f,       \
                      int64_t l, int64_t d, double eps) {                                           \
-    residualLayerNormRows(s, y, a, b2, w, b, f, l, d, eps);                                        \
+    residualThen(s, a, b2, f, l, d, [&](int64_t g, int64_t h) PARC_INLINE_LAMBDA {                 \
+      layerNormRows(y, s, w, b, g, h, d, eps);                                                     \
+    });                                                                                            \
   }                                                                                                \
   ATTR void normBackwardRows(T *dx, T *part, const T *x, const T *w, const T *dy, int64_t f,       \
                              int64_t l, int64_t d, double eps) {                                   \
@@ -163,7 +206,9 @@ template <typename T>
   }                                                                                                \
   ATTR void rmsRows(T *s, T *y, const T *a, const T *b, const T *w, int64_t f, int64_t l,          \
                     int64_t d, double eps) {                                                       \
-    residualRmsNormRows(s, y, a, b, w, f, l, d, eps);                                              \
+    residualThen(s, a, b, f, l, d, [&](int64_t g, int64_t h) PARC_INLINE_LAMBDA {                  \
+      rmsNormRows(y, s, w, g, h, d, eps);                                                          \
+    });                                                                                            \
   }                                                                                                \
   ATTR void rmsBackwardRows(T *dx, T *part, const T *x, const T *w, const T *dy, int64_t f,        \
                             int64_t l, int64_t d, double eps) {                                    \

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 // The loops over these functions also get AVX-512 and AVX2 clones beside the baseline (SSE2)
 // one, and the loader picks the widest the machine has (GCC and clang's target_clones). No
@@ -37,6 +38,9 @@
 #else
 #define PARC_VECTOR_CLONES
 #endif
+// A lambda called in a cloned function is a function of its own, built for the baseline
+// target unless it is inlined into each clone: the lambdas of a cloned loop carry this.
+#define PARC_INLINE_LAMBDA __attribute__((always_inline))
 
 namespace parc::runtime::cpu::detail {
 
@@ -46,13 +50,24 @@ namespace parc::runtime::cpu::detail {
 /// so every clone (and every machine) gets the same bits. `term` may store as it goes.
 /// Several terms are summed in one pass over i, each in its own lanes: the bits of one
 /// laneSum per term, for one loop and one read of the row they share.
-template <typename Acc, int64_t Lanes, typename... Terms>
-[[gnu::always_inline]] inline std::array<Acc, sizeof...(Terms)> laneSums(int64_t n,
-                                                                         const Terms &...terms) {
-  Acc part[sizeof...(Terms)][Lanes] = {};
-  auto add = [&](int64_t j, int64_t i) {
-    size_t t = 0;
-    ((part[t++][j] += terms(i)), ...);
+///
+/// rowLaneSums does the same for `Rows` rows at once, term(r, i) being row r's term at i: row
+/// r's sums are the bits laneSums gives that row alone. Each lane is a chain of dependent adds,
+/// which bounds a short row by the adder's latency; the rows' chains are independent, so
+/// interleaving them lets the adds of one row fill the others' wait.
+template <typename Acc, int64_t Lanes, size_t... Row, typename... Terms>
+[[gnu::always_inline]] inline std::array<std::array<Acc, sizeof...(Terms)>, sizeof...(Row)>
+rowLaneSumsOf(std::index_sequence<Row...>, int64_t n, const Terms &...terms) {
+  constexpr size_t termCount = sizeof...(Terms);
+  Acc part[sizeof...(Row)][termCount][Lanes] = {};
+  // Every row and term in one statement, the row a constant, so that the accumulators stay
+  // in registers.
+  auto add = [&](int64_t j, int64_t i) PARC_INLINE_LAMBDA {
+    auto addRow = [&](size_t r) PARC_INLINE_LAMBDA {
+      size_t t = 0;
+      ((part[r][t++][j] += terms(int64_t(r), i)), ...);
+    };
+    (addRow(Row), ...);
   };
   int64_t i = 0;
   for (; i + Lanes <= n; i += Lanes) {
@@ -62,11 +77,24 @@ template <typename Acc, int64_t Lanes, typename... Terms>
   }
   for (int64_t j = 0; i < n; ++i, ++j)
     add(j, i);
-  std::array<Acc, sizeof...(Terms)> sums{};
-  for (size_t t = 0; t < sizeof...(Terms); ++t)
-    for (Acc p : part[t])
-      sums[t] += p;
+  std::array<std::array<Acc, termCount>, sizeof...(Row)> sums{};
+  for (size_t r = 0; r < sizeof...(Row); ++r)
+    for (size_t t = 0; t < termCount; ++t)
+      for (Acc p : part[r][t])
+        sums[r][t] += p;
   return sums;
+}
+
+template <typename Acc, int64_t Lanes, int64_t Rows, typename... Terms>
+[[gnu::always_inline]] inline std::array<std::array<Acc, sizeof...(Terms)>, Rows>
+rowLaneSums(int64_t n, const Terms &...terms) {
+  return rowLaneSumsOf<Acc, Lanes>(std::make_index_sequence<Rows>{}, n, terms...);
+}
+
+template <typename Acc, int64_t Lanes, typename... Terms>
+[[gnu::always_inline]] inline std::array<Acc, sizeof...(Terms)> laneSums(int64_t n,
+                                                                         const Terms &...terms) {
+  return rowLaneSums<Acc, Lanes, 1>(n, [&](int64_t, int64_t i) { return terms(i); }...)[0];
 }
 
 template <typename Acc, int64_t Lanes, typename Term>
