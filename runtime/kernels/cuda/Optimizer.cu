@@ -45,9 +45,10 @@ template <typename T>
 void adamwStep(T *param, const T *grad, T *m, T *v, int64_t n, const AdamWConfig &config,
                cudaStream_t stream) {
   // p -= lr wd p; m, v moving moments; p -= lr mhat / (sqrt(vhat) + eps)
-  double correction1 = 1.0 - std::pow(config.beta1, double(config.step));
-  double correction2 = 1.0 - std::pow(config.beta2, double(config.step));
-  double lr = config.lr, beta1 = config.beta1, beta2 = config.beta2, eps = config.eps;
+  // The bias corrections as the CPU's kernel folds them (one square root, one division).
+  double stepSize = config.lr / (1.0 - std::pow(config.beta1, double(config.step)));
+  double rootCorrection2 = 1.0 / std::sqrt(1.0 - std::pow(config.beta2, double(config.step)));
+  double beta1 = config.beta1, beta2 = config.beta2, eps = config.eps;
   double decay = 1.0 - config.lr * config.weightDecay, gradScale = config.gradScale;
   forEach(n, stream, "adamwStep", [=] __device__(int64_t i) {
     // g rounded to T after scaling, as the CPU's (and as scale() in place would leave it)
@@ -57,7 +58,7 @@ void adamwStep(T *param, const T *grad, T *m, T *v, int64_t n, const AdamWConfig
     double vi = beta2 * toDouble(v[i]) + (1.0 - beta2) * g * g;
     m[i] = fromDouble<T>(mi);
     v[i] = fromDouble<T>(vi);
-    param[i] = fromDouble<T>(p - lr * (mi / correction1) / (sqrt(vi / correction2) + eps));
+    param[i] = fromDouble<T>(p - stepSize * mi / (sqrt(vi) * rootCorrection2 + eps));
   });
 }
 
