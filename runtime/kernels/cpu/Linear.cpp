@@ -11,12 +11,59 @@
 
 #include "Blas.h"
 #include "Rows.h"
+#include "VecMath.h"
 
 #include <algorithm>
 
 namespace parc::runtime::cpu {
 
 using detail::gemm;
+
+namespace {
+// The elementwise loops, one function per type so that the float ones get their AVX-512 and
+// AVX2 clones (VecMath.h; clang clones no templates).
+template <typename T>
+[[gnu::always_inline]] inline void biasRowsLoop(T *y, const T *x, const T *bias, int64_t first,
+                                                int64_t last, int64_t dim) {
+  for (int64_t r = first; r < last; ++r) {
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i)
+      y[r * dim + i] = x[r * dim + i] + bias[i];
+  }
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void columnSumsLoop(T *part, const T *dy, int64_t first,
+                                                  int64_t last, int64_t dim) {
+  for (int64_t r = first; r < last; ++r) {
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i)
+      part[i] += dy[r * dim + i];
+  }
+}
+
+template <typename T>
+[[gnu::always_inline]] inline void sumLoop(T *y, const T *a, const T *b, int64_t begin,
+                                           int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i)
+    y[i] = a[i] + b[i];
+}
+
+#define PARC_ADD_LOOPS(ATTR, T)                                                                    \
+  ATTR void addBiasRows(T *y, const T *x, const T *bias, int64_t f, int64_t l, int64_t d) {        \
+    biasRowsLoop(y, x, bias, f, l, d);                                                             \
+  }                                                                                                \
+  ATTR void addColumnSums(T *part, const T *dy, int64_t f, int64_t l, int64_t d) {                 \
+    columnSumsLoop(part, dy, f, l, d);                                                             \
+  }                                                                                                \
+  ATTR void addElements(T *y, const T *a, const T *b, int64_t begin, int64_t end) {                \
+    sumLoop(y, a, b, begin, end);                                                                  \
+  }
+PARC_ADD_LOOPS(PARC_VECTOR_CLONES, float)
+PARC_ADD_LOOPS(, double)
+#undef PARC_ADD_LOOPS
+} // namespace
 
 template <typename T>
 void matmulForward(T *c, const T *a, const T *b, int64_t m, int64_t n, int64_t k, bool transA,
@@ -50,11 +97,7 @@ template <typename T>
 void biasAddForward(T *y, const T *x, const T *bias, int64_t rows, int64_t dim) {
   // y[r,:] = x[r,:] + bias
   detail::forRows(rows, dim, [&](int64_t first, int64_t last) {
-    for (int64_t r = first; r < last; ++r) {
-#pragma omp simd
-      for (int64_t i = 0; i < dim; ++i)
-        y[r * dim + i] = x[r * dim + i] + bias[i];
-    }
+    addBiasRows(y, x, bias, first, last, dim);
   });
 }
 
@@ -64,11 +107,7 @@ void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim) {
   const T *sums = detail::sumOverRowBlocks<T>(rows, dim, [&](int64_t first, int64_t last, T *part) {
     if (dx != dy)
       std::copy(dy + first * dim, dy + last * dim, dx + first * dim);
-    for (int64_t r = first; r < last; ++r) {
-#pragma omp simd
-      for (int64_t i = 0; i < dim; ++i)
-        part[i] += dy[r * dim + i];
-    }
+    addColumnSums(part, dy, first, last, dim);
   });
   for (int64_t i = 0; i < dim; ++i)
     dbias[i] += sums[i];
@@ -76,11 +115,7 @@ void biasAddBackward(T *dx, T *dbias, const T *dy, int64_t rows, int64_t dim) {
 
 template <typename T> void residualAddForward(T *y, const T *a, const T *b, int64_t n) {
   // y = a + b
-  detail::forElements(n, [&](int64_t begin, int64_t end) {
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i)
-      y[i] = a[i] + b[i];
-  });
+  detail::forElements(n, [&](int64_t begin, int64_t end) { addElements(y, a, b, begin, end); });
 }
 
 template <typename T> void residualAddBackward(T *da, T *db, const T *dy, int64_t n) {

@@ -49,6 +49,19 @@ void adamwRange(double *param, const double *grad, double *m, double *v, int64_t
                 int64_t end, const AdamWTerms &terms) {
   adamwElements(param, grad, m, v, begin, end, terms);
 }
+template <typename T>
+[[gnu::always_inline]] inline void scaleElements(T *x, int64_t begin, int64_t end,
+                                                 double factor) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i)
+    x[i] = T(x[i] * factor);
+}
+PARC_VECTOR_CLONES void scaleRange(float *x, int64_t begin, int64_t end, double factor) {
+  scaleElements(x, begin, end, factor);
+}
+void scaleRange(double *x, int64_t begin, int64_t end, double factor) {
+  scaleElements(x, begin, end, factor);
+}
 // sum x^2 of one block, in 32 fixed lanes: independent chains of double adds that fill
 // AVX-512's two adders where one running sum waits on each add's latency.
 template <typename T>
@@ -108,11 +121,7 @@ template <typename T> double squaredSum(const T *x, int64_t n) {
 
 template <typename T> void scale(T *x, int64_t n, double factor) {
   // x *= factor
-  detail::forElements(n, [&](int64_t begin, int64_t end) {
-#pragma omp simd
-    for (int64_t i = begin; i < end; ++i)
-      x[i] = T(x[i] * factor);
-  });
+  detail::forElements(n, [&](int64_t begin, int64_t end) { scaleRange(x, begin, end, factor); });
 }
 
 #define PARC_INSTANTIATE(T)                                                                        \
