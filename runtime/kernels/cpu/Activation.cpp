@@ -67,16 +67,6 @@ template <typename T>
   }
 }
 
-template <typename T>
-[[gnu::always_inline]] inline void biasGeluLoop(T *y, const T *x, const T *bias, int64_t first,
-                                                int64_t last, int64_t dim) {
-  for (int64_t r = first; r < last; ++r) {
-#pragma omp simd
-    for (int64_t i = 0; i < dim; ++i)
-      y[r * dim + i] = gelu(T(x[r * dim + i] + bias[i]));
-  }
-}
-
 #define PARC_GELU_LOOPS(ATTR, T)                                                                   \
   ATTR void geluForwardRange(T *y, const T *x, int64_t begin, int64_t end) {                       \
     _Pragma("omp simd") for (int64_t i = begin; i < end; ++i) y[i] = gelu(x[i]);                   \
@@ -85,7 +75,7 @@ template <typename T>
     _Pragma("omp simd") for (int64_t i = begin; i < end; ++i) dx[i] = geluGrad(x[i], dy[i]);       \
   }                                                                                                \
   ATTR void biasGeluRows(T *y, const T *x, const T *bias, int64_t f, int64_t l, int64_t d) {       \
-    biasGeluLoop(y, x, bias, f, l, d);                                                             \
+    detail::mapBiasedRows(y, x, bias, f, l, d, [](T v) PARC_INLINE_LAMBDA { return gelu(v); });    \
   }                                                                                                \
   ATTR void biasGeluBackwardRows(T *dx, T *part, const T *x, const T *bias, const T *dy,           \
                                  int64_t f, int64_t l, int64_t d) {                                \

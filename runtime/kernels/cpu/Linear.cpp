@@ -23,16 +23,6 @@ namespace {
 // The elementwise loops, one function per type so that the float ones get their AVX-512 and
 // AVX2 clones (VecMath.h; clang clones no templates).
 template <typename T>
-[[gnu::always_inline]] inline void biasRowsLoop(T *y, const T *x, const T *bias, int64_t first,
-                                                int64_t last, int64_t dim) {
-  for (int64_t r = first; r < last; ++r) {
-#pragma omp simd
-    for (int64_t i = 0; i < dim; ++i)
-      y[r * dim + i] = x[r * dim + i] + bias[i];
-  }
-}
-
-template <typename T>
 [[gnu::always_inline]] inline void columnSumsLoop(T *part, const T *dy, int64_t first,
                                                   int64_t last, int64_t dim) {
   for (int64_t r = first; r < last; ++r) {
@@ -52,7 +42,7 @@ template <typename T>
 
 #define PARC_ADD_LOOPS(ATTR, T)                                                                    \
   ATTR void addBiasRows(T *y, const T *x, const T *bias, int64_t f, int64_t l, int64_t d) {        \
-    biasRowsLoop(y, x, bias, f, l, d);                                                             \
+    detail::mapBiasedRows(y, x, bias, f, l, d, [](T v) PARC_INLINE_LAMBDA { return v; });          \
   }                                                                                                \
   ATTR void addColumnSums(T *part, const T *dy, int64_t f, int64_t l, int64_t d) {                 \
     columnSumsLoop(part, dy, f, l, d);                                                             \

@@ -44,6 +44,19 @@ template <typename Body> void forColumns(int64_t columns, int64_t rows, const Bo
   });
 }
 
+/// y[r, i] = f(T(x[r, i] + bias[i])) over rows [first, last): a bias add and what follows it in
+/// one pass, the sum rounded to T as a separate bias_add would leave it. Inline, so that a
+/// cloned caller's copy is vectorised for its target (f carries PARC_INLINE_LAMBDA).
+template <typename T, typename F>
+[[gnu::always_inline]] inline void mapBiasedRows(T *y, const T *x, const T *bias, int64_t first,
+                                                 int64_t last, int64_t dim, const F &f) {
+  for (int64_t r = first; r < last; ++r) {
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i)
+      y[r * dim + i] = f(T(x[r * dim + i] + bias[i]));
+  }
+}
+
 /// Rows per block of a reduction over rows; fixed, so the sums do not depend on the threads.
 inline constexpr int64_t reductionBlockRows = 32;
 
