@@ -14,6 +14,7 @@
 #include "llvm/ADT/StringExtras.h"
 
 #include <algorithm>
+#include <cassert>
 #include <set>
 #include <stdexcept>
 
@@ -265,6 +266,8 @@ typename ParamStore<D>::Param *OpInterpreter<D>::paramAt(Context &ctx, int slot,
   int found = gradient ? names.gradOwnerAt(slot) : names.paramAt(slot);
   if (found == ChunkNames::unbound)
     return gradient ? params.gradOwner(name) : params.find(name);
+  // ScheduleRunner binds the names to the store this interpreter steps, sized once.
+  assert(size_t(found) < params.all().size() || found < 0);
   return found < 0 ? nullptr : &params.all()[size_t(found)];
 }
 

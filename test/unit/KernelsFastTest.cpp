@@ -102,6 +102,44 @@ TEST(KernelsFastTest, FusedResidualNormIsTheUnfusedPairBitForBit) {
   checkResidualNormFusion<double>();
 }
 
+// The norms normalise rows in groups (Norm.cpp); a row's outputs and its share of the weight
+// gradients are the bits of that row run alone. 7 rows: a group of four and three single
+// rows; dim 45: lane sums with a tail.
+template <typename T> void checkNormRowsAlone() {
+  const int64_t rows = 7, dim = 45;
+  const double eps = 1e-5;
+  auto x = randomValues<T>(rows * dim, 8), dy = randomValues<T>(rows * dim, 9);
+  auto weight = randomValues<T>(dim, 10), bias = randomValues<T>(dim, 11);
+  size_t n = x.size();
+  std::vector<T> y(n), dx(n), dw(dim), db(dim), rowY(n), rowDx(n), rowDw(dim), rowDb(dim);
+  std::vector<T> rmsY(n), rmsDx(n), rmsDw(dim), rowRmsY(n), rowRmsDx(n), rowRmsDw(dim);
+  layerNormForward(y.data(), x.data(), weight.data(), bias.data(), rows, dim, eps);
+  layerNormBackward(dx.data(), dw.data(), db.data(), x.data(), weight.data(), dy.data(), rows,
+                    dim, eps);
+  rmsNormForward(rmsY.data(), x.data(), weight.data(), rows, dim, eps);
+  rmsNormBackward(rmsDx.data(), rmsDw.data(), x.data(), weight.data(), dy.data(), rows, dim, eps);
+  for (int64_t r = 0; r < rows; ++r) {
+    size_t at = size_t(r * dim);
+    layerNormForward(&rowY[at], &x[at], weight.data(), bias.data(), 1, dim, eps);
+    layerNormBackward(&rowDx[at], rowDw.data(), rowDb.data(), &x[at], weight.data(), &dy[at], 1,
+                      dim, eps);
+    rmsNormForward(&rowRmsY[at], &x[at], weight.data(), 1, dim, eps);
+    rmsNormBackward(&rowRmsDx[at], rowRmsDw.data(), &x[at], weight.data(), &dy[at], 1, dim, eps);
+  }
+  EXPECT_EQ(y, rowY);
+  EXPECT_EQ(dx, rowDx);
+  EXPECT_EQ(dw, rowDw); // from zero, the rows add in the same order either way
+  EXPECT_EQ(db, rowDb);
+  EXPECT_EQ(rmsY, rowRmsY);
+  EXPECT_EQ(rmsDx, rowRmsDx);
+  EXPECT_EQ(rmsDw, rowRmsDw);
+}
+
+TEST(KernelsFastTest, NormsGiveEachRowTheBitsOfThatRowAlone) {
+  checkNormRowsAlone<float>();
+  checkNormRowsAlone<double>();
+}
+
 TEST(KernelsFastTest, FloatGeluIsWithinRoundingOfDouble) {
   // GELU and its derivative over [-10, 10], float against the double (libm) kernels.
   const int64_t n = 20001;

@@ -231,8 +231,7 @@ void layerNormForward(T *y, const T *x, const T *weight, const T *bias, int64_t 
 template <typename T>
 void residualLayerNormForward(T *sum, T *y, const T *a, const T *b, const T *weight, const T *bias,
                               int64_t rows, int64_t dim, double eps) {
-  // sum = a + b; y = layernorm(sum), each row normalised while its sum is in
-  // cache
+  // sum = a + b; y = layernorm(sum), a group of rows normalised while its sums are in cache
   detail::forRows(rows, dim, [&](int64_t first, int64_t last) {
     normRows(sum, y, a, b, weight, bias, first, last, dim, eps);
   });
