@@ -18,9 +18,8 @@
 namespace parc::runtime::cpu {
 
 namespace {
-// AdamW's per-step constants, in double: the bias corrections enter as a step size and a
-// factor of sqrt(v), so that an element costs one square root and one division (the
-// divider is what bounds this loop) instead of three divisions.
+// AdamW's per-step constants (AdamWConfig's factors), read by every element. The divider
+// bounds this loop, hence the folded bias corrections.
 struct AdamWTerms {
   double stepSize, rootCorrection2, decay, beta1, beta2, eps, gradScale;
 };
@@ -75,12 +74,8 @@ double blockSquares(const double *x, int64_t n) { return blockSquaresOf(x, n); }
 template <typename T>
 void adamwStep(T *param, const T *grad, T *m, T *v, int64_t n, const AdamWConfig &config) {
   // p -= lr wd p; m, v moving moments; p -= lr mhat / (sqrt(vhat) + eps)
-  AdamWTerms terms{config.lr / (1.0 - std::pow(config.beta1, double(config.step))),
-                   1.0 / std::sqrt(1.0 - std::pow(config.beta2, double(config.step))),
-                   1.0 - config.lr * config.weightDecay,
-                   config.beta1,
-                   config.beta2,
-                   config.eps,
+  AdamWTerms terms{config.stepSize(), config.rootCorrection2(), config.decayFactor(),
+                   config.beta1,      config.beta2,           config.eps,
                    config.gradScale};
   detail::forElements(n, [&](int64_t begin, int64_t end) {
     adamwRange(param, grad, m, v, begin, end, terms);

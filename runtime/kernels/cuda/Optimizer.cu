@@ -45,13 +45,12 @@ template <typename T>
 void adamwStep(T *param, const T *grad, T *m, T *v, int64_t n, const AdamWConfig &config,
                cudaStream_t stream) {
   // p -= lr wd p; m, v moving moments; p -= lr mhat / (sqrt(vhat) + eps)
-  // The bias corrections as the CPU's kernel folds them (one square root, one division). nvcc
-  // contracts multiply-adds (the moments', sqrt(v) * c + eps) where the CPU rounds each
-  // operation, so the two agree to rounding, not bit for bit.
-  double stepSize = config.lr / (1.0 - std::pow(config.beta1, double(config.step)));
-  double rootCorrection2 = 1.0 / std::sqrt(1.0 - std::pow(config.beta2, double(config.step)));
+  // The factors of AdamWConfig, as the CPU's kernel applies them. nvcc contracts multiply-adds
+  // (the moments', sqrt(v) * c + eps) where the CPU rounds each operation, so the two agree to
+  // rounding, not bit for bit.
+  double stepSize = config.stepSize(), rootCorrection2 = config.rootCorrection2();
   double beta1 = config.beta1, beta2 = config.beta2, eps = config.eps;
-  double decay = 1.0 - config.lr * config.weightDecay, gradScale = config.gradScale;
+  double decay = config.decayFactor(), gradScale = config.gradScale;
   forEach(n, stream, "adamwStep", [=] __device__(int64_t i) {
     // g rounded to T after scaling, as the CPU's (and as scale() in place would leave it)
     double p = toDouble(param[i]) * decay;

@@ -23,6 +23,7 @@
 #ifndef PARC_RUNTIME_KERNELS_H
 #define PARC_RUNTIME_KERNELS_H
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -294,6 +295,14 @@ struct AdamWConfig {
   /// The clipping factor: the step reads g = round_T(grad * gradScale), the bits it would read
   /// had scale() multiplied the gradient in place first, without that pass over the buffer.
   double gradScale = 1.0;
+
+  // The per-step factors both backends' kernels apply. The bias corrections are folded so
+  // that an element costs one square root and one division: p -= stepSize() m /
+  // (sqrt(v) rootCorrection2() + eps), which is lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) +
+  // eps) rearranged.
+  double decayFactor() const { return 1.0 - lr * weightDecay; }
+  double stepSize() const { return lr / (1.0 - std::pow(beta1, double(step))); }
+  double rootCorrection2() const { return 1.0 / std::sqrt(1.0 - std::pow(beta2, double(step))); }
 };
 
 /// torch.optim.AdamW: p -= lr * wd * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
