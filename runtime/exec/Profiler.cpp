@@ -145,10 +145,13 @@ double opFlops(const plan::Op &op, llvm::function_ref<std::vector<int64_t>(size_
     std::vector<int64_t> q = inputShape(0);
     if (q.size() != 3)
       return 0;
-    // q k^T and P v per head: 2 products of seq x seq x head size; the backward recomputes
-    // the scores and makes four more (dv, dP, dq, dk). The causal half is computed too.
+    // q k^T and P v per head: 2 products of seq x seq x head size. The backward makes four
+    // (dv, dP, dq, dk) from the kept probabilities, and flash attention's recomputes the
+    // scores first: five. The causal half is counted too.
     double seq = double(q[0]), perProduct = 2 * seq * seq * double(q[1]) * double(q[2]);
-    return (op.kind == OpKind::Attention ? 2 : 5) * perProduct;
+    if (op.kind == OpKind::Attention)
+      return 2 * perProduct;
+    return (op.boolAttr("flash") ? 5 : 4) * perProduct;
   }
   default:
     return 0;
