@@ -9,6 +9,11 @@
 
 namespace parc::test {
 
+using Vec = std::vector<double>;
+
+/// How close an fp64 kernel's gradient must come to its central differences (h = 1e-5).
+constexpr double gradTolerance = 1e-6;
+
 inline double dot(const std::vector<double> &a, const std::vector<double> &b) {
   double sum = 0;
   for (size_t i = 0; i < a.size(); ++i)
