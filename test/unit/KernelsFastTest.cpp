@@ -10,6 +10,7 @@
 #include "parc/Runtime/Kernels.h"
 
 #include "../../runtime/kernels/cpu/Parallel.h"
+#include "../../runtime/kernels/cpu/VecMath.h"
 #include "RandomValues.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,8 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 using namespace parc::runtime;
@@ -54,6 +57,83 @@ TEST(KernelsFastTest, ParallelForCoversEveryIndexOnceAndNestsInline) {
     EXPECT_EQ(hit.load(), 50);
   EXPECT_EQ(parts.load(), 50 * 3 * detail::chunksPerThread);
   EXPECT_EQ(nestedParts.load(), parts.load());
+}
+
+// VecMath.h's float exponential, which the fp32 softmaxes, the loss and GELU use: within 2 ulp
+// of the double one from the smallest normal float to 2^127.5, finite above (n = 128 once made
+// its top binade infinite), 0 below, exp(-inf) included.
+TEST(KernelsFastTest, ExpfIsWithinTwoUlpsAndFiniteAtBothEnds) {
+  auto ulps = [](float x) {
+    double want = std::exp(double(x));
+    float near = float(want), ulp = std::nextafter(near, INFINITY) - near;
+    return std::fabs(double(detail::expf(x)) - want) / ulp;
+  };
+  double worst = 0;
+  for (int i = 0; i <= 12820; ++i) // up to 88.30
+    worst = std::max(worst, ulps(-87.33f + 0.0137f * float(i)));
+  for (float x : {88.3f, 88.37f, 88.375f, 88.376f})
+    worst = std::max(worst, ulps(x));
+  EXPECT_LT(worst, 2.0);
+  EXPECT_EQ(detail::expf(0.0f), 1.0f);
+  float top = detail::expf(88.376f);
+  EXPECT_TRUE(std::isfinite(top));
+  for (float x : {88.38f, 88.4f, 88.72f, 88.73f, 1e30f, INFINITY})
+    EXPECT_EQ(detail::expf(x), top) << x;
+  EXPECT_EQ(detail::expf(-88.0f), 0.0f);
+  EXPECT_EQ(detail::expf(-1e30f), 0.0f);
+  EXPECT_EQ(detail::expf(-INFINITY), 0.0f);
+  EXPECT_TRUE(std::isnan(detail::expf(NAN)));
+}
+
+// A GEMM dimension beyond OpenBLAS's 32-bit index fails before anything is read, on any
+// number of threads (whose blocks of it might each fit), instead of wrapping around.
+TEST(KernelsFastTest, AGemmTooLargeForOpenBlasFailsBeforeReading) {
+  std::vector<float> small(16);
+  int64_t huge = int64_t(1) << 31;
+  for (int64_t threads : {1, 2}) {
+    ThreadsScope scope(threads);
+    EXPECT_THROW(matmulForward(small.data(), small.data(), small.data(), huge, 1, 1, false, false),
+                 std::length_error);
+    EXPECT_THROW(matmulForward(small.data(), small.data(), small.data(), 1, huge, 1, false, false),
+                 std::length_error);
+    EXPECT_THROW(matmulBackward(small.data(), small.data(), small.data(), small.data(),
+                                small.data(), 2, 2, huge, false, false, GradWrite::Add,
+                                GradWrite::Add),
+                 std::length_error);
+  }
+}
+
+// A body that throws on the caller or on a worker (a scratch buffer's bad_alloc) reaches the
+// caller of parallelFor, once, and leaves the threads as they were: the next job runs on all of
+// them again and covers its range.
+TEST(KernelsFastTest, ABodyThatThrowsEndsItsJobAndLeavesTheThreadsUsable) {
+  ThreadsScope threads(3);
+  // 12 chunks of 100 (3 threads x 4); the first, a middle one, the last, and every chunk.
+  for (int64_t failing : {0, 5, 11, -1}) {
+    bool caught = false;
+    try {
+      detail::parallelFor(1200, 1, [&](int64_t begin, int64_t) {
+        if (failing < 0 || begin == failing * 100)
+          throw std::runtime_error("chunk at " + std::to_string(begin));
+      });
+    } catch (const std::runtime_error &error) {
+      caught = true;
+      if (failing >= 0) {
+        EXPECT_EQ(std::string(error.what()), "chunk at " + std::to_string(failing * 100));
+      }
+    }
+    EXPECT_TRUE(caught) << failing;
+    EXPECT_EQ(detail::availableThreads(), 3) << failing;
+    std::vector<std::atomic<int>> hits(1200);
+    std::atomic<int> parts{0};
+    detail::parallelFor(1200, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i)
+        ++hits[size_t(i)];
+      ++parts;
+    });
+    EXPECT_EQ(parts.load(), 12) << failing;
+    EXPECT_TRUE(std::all_of(hits.begin(), hits.end(), [](const auto &h) { return h == 1; }));
+  }
 }
 
 TEST(KernelsFastTest, FusedBiasGeluIsTheUnfusedPairBitForBit) {

@@ -14,16 +14,19 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <cassert>
 #include <climits>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 namespace parc::runtime::cpu::detail {
 
 // OpenBLAS is built with 32-bit indices; a single GEMM dimension beyond that is far outside
-// what a CPU run of parrun multiplies.
+// what a CPU run of parrun multiplies, but it must fail, not wrap (the rank reports it).
 inline blasint blasSize(int64_t n) {
-  assert(n >= 0 && n <= INT_MAX && "GEMM dimension does not fit OpenBLAS's 32-bit index");
+  if (n < 0 || n > INT_MAX)
+    throw std::length_error("GEMM dimension " + std::to_string(n) +
+                            " does not fit OpenBLAS's 32-bit index");
   return static_cast<blasint>(n);
 }
 
@@ -50,6 +53,9 @@ inline void gemmSerial(bool transA, bool transB, int64_t m, int64_t n, int64_t k
 template <typename T>
 void gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k, T alpha, const T *a,
           int64_t lda, const T *b, int64_t ldb, T beta, T *c, int64_t ldc) {
+  // Checked whole, before a block of them could fit where the product does not.
+  for (int64_t size : {m, n, k, lda, ldb, ldc})
+    blasSize(size);
   // About 15 us of one core's work per block; smaller products are not worth a second thread.
   constexpr int64_t tile = 16, minBlockFlops = int64_t(1) << 20;
   bool byRows = m >= n;

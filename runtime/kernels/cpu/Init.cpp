@@ -7,10 +7,11 @@
 
 #include "parc/Runtime/Init.h"
 
+#include "Parallel.h"
+
 #include <algorithm>
 #include <cassert>
 #include <cmath>
-#include <thread>
 #include <vector>
 
 namespace parc::runtime {
@@ -101,18 +102,12 @@ void initShard(T *out, uint64_t seed, llvm::StringRef name, llvm::ArrayRef<int64
         out[run * runLength + i] = T(std * initStandardNormal(seed, nameHash, uint64_t(first + i)));
     }
   };
-  // Every element is a pure function of its index, so the runs split across threads without
-  // changing a bit; a 1.3B-parameter model would take half a minute on one core.
-  constexpr int64_t elementsPerThread = int64_t(1) << 20;
-  int64_t threads = std::min<int64_t>(std::max(1u, std::thread::hardware_concurrency()),
-                                      count / elementsPerThread);
-  if (threads <= 1)
-    return fillRuns(0, runs);
-  std::vector<std::thread> workers;
-  for (int64_t t = 0; t < threads; ++t)
-    workers.emplace_back(fillRuns, runs * t / threads, runs * (t + 1) / threads);
-  for (std::thread &worker : workers)
-    worker.join();
+  // Every element is a pure function of its index, so the runs split over the kernel threads
+  // (as many as the rank may use) without changing a bit; a 1.3B-parameter model would take
+  // half a minute on one core.
+  constexpr int64_t elementsPerChunk = int64_t(1) << 20;
+  int64_t runsPerChunk = std::max<int64_t>(1, elementsPerChunk / std::max<int64_t>(1, runLength));
+  cpu::detail::parallelFor(runs, runsPerChunk, fillRuns);
 }
 
 template <typename T> void initShard(T *out, uint64_t seed, const plan::ParamShard &shard) {

@@ -1,7 +1,8 @@
 //===- Linear.cpp - matmul, bias_add and residual_add ---------------------===//
 //
-// Every GEMM is one cblas call; the backward of matmul reuses the forward operands in place by
-// choosing the transposes instead of materialising op(a) or op(b). The elementwise loops are
+// Every GEMM runs on its operands in place (Blas.h cuts it into cblas calls over the threads);
+// the backward of matmul reuses the forward operands by choosing the transposes instead of
+// materialising op(a) or op(b). The elementwise loops are
 // `#pragma omp simd`: y may be x itself (an input that dies here), element for element, which
 // a vector loop allows.
 //

@@ -34,7 +34,7 @@ template <typename T> void copyValues(T *dst, const T *src, int64_t n) {
 }
 
 void zeroBytes(void *dst, size_t bytes) {
-  // dst[0, bytes) = 0, in ranges of whole floats' worth of bytes
+  // dst[0, bytes) = 0, in ranges of at least elementGrain floats' worth of bytes
   auto *base = static_cast<unsigned char *>(dst);
   detail::parallelFor(int64_t(bytes), detail::elementGrain * int64_t(sizeof(float)),
                       [&](int64_t begin, int64_t end) {

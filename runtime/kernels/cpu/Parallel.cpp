@@ -2,7 +2,9 @@
 //
 // A kernel of a small model lasts tens of microseconds, about what a futex wake-up takes, so a
 // worker spins (yielding) for a while after each job before it sleeps, and the caller takes
-// chunks itself instead of waiting idle.
+// chunks itself instead of waiting idle. A body that throws (a scratch buffer's bad_alloc) on
+// any thread ends the job: the chunks not yet started are skipped, the caller waits for those
+// running, so that no thread touches the body once it returns, and rethrows the first error.
 //
 //===----------------------------------------------------------------------===//
 
@@ -16,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -27,6 +30,11 @@ namespace {
 
 std::atomic<int64_t> threadsSetting{1};
 thread_local bool insideParallel = false;
+
+// The kernels split the GEMMs themselves; OpenBLAS's own pool would only compete. Set when the
+// kernels are loaded, so that a program that never calls setKernelThreads (a test, a bench)
+// runs OpenBLAS as parrun does.
+const bool blasSingleThreaded = (openblas_set_num_threads(1), true);
 
 /// `size` - 1 workers that take the chunks of each job with the caller: each thread claims the
 /// next unclaimed chunk until none is left, so a worker the scheduler has not woken yet (a
@@ -53,6 +61,8 @@ public:
   void run(int64_t n, int64_t chunks, detail::RangeTask task) {
     job = {n, chunks, task};
     done.store(0);
+    failure = nullptr;
+    failed.store(false);
     uint64_t generation = generationOf(state.load()) + 1;
     {
       std::lock_guard<std::mutex> lock(mutex);
@@ -63,6 +73,9 @@ public:
     // What is left are chunks the workers claimed: spin, yielding the core to them.
     while (done.load() < chunks)
       std::this_thread::yield();
+    // Every chunk is counted, so no worker reads the job or the failure any more.
+    if (failed.load())
+      std::rethrow_exception(failure);
   }
 
   /// Chunks per job at most (the state word's field).
@@ -93,11 +106,25 @@ private:
         continue;
       int64_t c = int64_t(next), begin = job.n * c / job.chunks;
       int64_t end = job.n * (c + 1) / job.chunks;
-      if (begin < end)
-        job.task.run(job.task.context, begin, end);
+      if (begin < end && !failed.load()) {
+        try {
+          job.task.run(job.task.context, begin, end);
+        } catch (...) {
+          fail(std::current_exception());
+        }
+      }
       done.fetch_add(1);
       word = state.load();
     }
+  }
+
+  /// Keeps the first error of the job; written before its chunk is counted, which the caller
+  /// waits for.
+  void fail(std::exception_ptr error) {
+    std::lock_guard<std::mutex> lock(failureMutex);
+    if (!failure)
+      failure = error;
+    failed.store(true);
   }
 
   void work() {
@@ -127,6 +154,9 @@ private:
   std::atomic<int64_t> done{0};
   std::atomic<bool> stopping{false};
   Job job;
+  std::mutex failureMutex;
+  std::exception_ptr failure;
+  std::atomic<bool> failed{false};
 };
 
 WorkerPool &poolOfThisThread() {
@@ -141,8 +171,8 @@ WorkerPool &poolOfThisThread() {
 
 void setKernelThreads(int64_t threads) {
   threadsSetting.store(std::max<int64_t>(1, threads));
-  // The kernels split the GEMMs themselves; OpenBLAS's own pool would only compete.
-  openblas_set_num_threads(1);
+  (void)blasSingleThreaded;
+  openblas_set_num_threads(1); // again, should anything have raised it since
 }
 
 int64_t kernelThreads() { return threadsSetting.load(); }
@@ -154,8 +184,10 @@ int64_t availableThreads() { return insideParallel ? 1 : threadsSetting.load(); 
 void runParallel(int64_t n, int64_t chunks, RangeTask task) {
   WorkerPool &pool = poolOfThisThread();
   insideParallel = true;
+  struct Leave {
+    ~Leave() { insideParallel = false; } // also when the body threw
+  } leave;
   pool.run(n, std::min(chunks, WorkerPool::maxChunks), task);
-  insideParallel = false;
 }
 
 } // namespace detail

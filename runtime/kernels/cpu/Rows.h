@@ -30,7 +30,8 @@ template <typename Body> void forRows(int64_t rows, int64_t dim, const Body &bod
   parallelFor(rows, std::max<int64_t>(1, elementGrain / std::max<int64_t>(1, dim)), body);
 }
 
-/// Columns per unit of forColumns: a cache line of floats, so that no two threads write one.
+/// Columns per unit of forColumns: a cache line of floats, so that two threads write one line
+/// only where a row does not start on one (false sharing: each column is still one thread's).
 inline constexpr int64_t columnUnit = 16;
 
 /// body(c0, c1) over [0, columns) columns of `rows` elements each on the kernel threads, in

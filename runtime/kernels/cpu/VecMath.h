@@ -7,7 +7,9 @@
 // need it).
 //
 //   expf:  Cephes' range reduction x = n ln2 + r (ln2 in two parts) and its degree-5
-//          polynomial; 2^n built in the exponent bits. About 1 ulp for |x| < 87.
+//          polynomial; 2^n built in the exponent bits. About 1 ulp from -87.34 (the smallest
+//          normal float's logarithm; 0 below, exp(-inf) included) to 88.376 (2^127.5; the
+//          result stays there above, finite).
 //   erfcPositive(a) = erfc(a), a >= 0: Abramowitz & Stegun 7.1.26 (absolute error 1.5e-7,
 //          the formula torch's vectorised erf uses), returned as erfc so that 1 + erf(-a) =
 //          erfc(a) has no cancellation where GELU's x is negative.
@@ -26,14 +28,19 @@
 // clone may fuse a multiply and an add (the kernels build with -ffp-contract=off: both
 // compilers would fuse in the AVX-512 one), so all round every operation alike and their
 // results are bit-identical; only the vectors are two or four times as wide. Sanitizer
-// builds keep one version: their instrumentation runs before an ifunc resolver could.
+// builds keep one version, as an ifunc resolver runs before the sanitizer's runtime is up:
+// -DPARC_SANITIZE defines PARC_NO_VECTOR_CLONES, and so do the sanitizers either compiler
+// announces (GCC announces no UBSan; the CMake option covers it).
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(undefined_behavior_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) ||                         \
+    __has_feature(undefined_behavior_sanitizer)
 #define PARC_NO_VECTOR_CLONES 1
 #endif
 #endif
-#if defined(__x86_64__) && defined(__linux__) && !defined(__SANITIZE_ADDRESS__) &&                 \
-    !defined(PARC_NO_VECTOR_CLONES)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PARC_NO_VECTOR_CLONES 1
+#endif
+#if defined(__x86_64__) && defined(__linux__) && !defined(PARC_NO_VECTOR_CLONES)
 #define PARC_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define PARC_VECTOR_CLONES
@@ -103,9 +110,12 @@ template <typename Acc, int64_t Lanes, typename Term>
 }
 
 inline float expf(float x) {
-  // e^x = 2^n e^r, n = round(x / ln2), |r| <= ln2 / 2
-  x = x < -87.33654f ? -87.33654f : x;
-  x = x > 88.72283f ? 88.72283f : x;
+  // e^x = 2^n e^r, n = round(x / ln2), |r| <= ln2 / 2. Below e^-87.34, the smallest normal
+  // float, the result is 0 (as exp(-inf) must be). n stays <= 127, as 2^128 is no float (its
+  // bits are infinity's): from e^88.376 = 2^127.5 on, the result stays at that value.
+  bool underflows = x < -87.33654f;
+  x = underflows ? -87.33654f : x;
+  x = x > 88.376f ? 88.376f : x;
   // Adding and subtracting 1.5 * 2^23 rounds to the nearest integer.
   float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = x - n * 0.693359375f;
@@ -123,7 +133,7 @@ inline float expf(float x) {
   int32_t bits = (int32_t(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
+  return underflows ? 0.0f : p * scale;
 }
 
 /// erfc(a) for a >= 0, given e = exp(-a^2) (callers often need e itself too).
