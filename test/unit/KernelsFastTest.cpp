@@ -137,7 +137,8 @@ TEST(KernelsFastTest, ABodyThatThrowsEndsItsJobAndLeavesTheThreadsUsable) {
 }
 
 TEST(KernelsFastTest, FusedBiasGeluIsTheUnfusedPairBitForBit) {
-  const int64_t rows = 70, dim = 300;
+  // 60000 elements: three chunks on two threads (Rows.h's grain is 16384 elements).
+  const int64_t rows = 200, dim = 300;
   for (int64_t threads : {1, 2}) {
     ThreadsScope scope(threads);
     auto x = randomValues<float>(rows * dim, 1, 3.0), bias = randomValues<float>(dim, 2);
@@ -332,9 +333,10 @@ TEST(KernelsFastTest, FloatFlashAttentionAgreesWithDouble) {
 // parrun hands an op's kernel output memory that may hold anything (Init::Overwritten in
 // Buffer.h) unless the kernel adds into it: every such kernel must write all of it. Outputs
 // start as NaNs here, at shapes with odd tails (rows, lanes, tiles, key blocks); any element
-// left unwritten stays NaN.
+// left unwritten stays NaN. 1001 rows of 45 are two chunks on two threads, the second starting
+// mid-way, each ending in a group of rows short of four.
 TEST(KernelsFastTest, OverwritingKernelsWriteEveryElement) {
-  const int64_t rows = 37, dim = 45, seq = 300, batch = 1, heads = 2, headDim = 8;
+  const int64_t rows = 1001, dim = 45, seq = 300, batch = 1, heads = 2, headDim = 8;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   auto fresh = [&](int64_t n) { return std::vector<float>(size_t(n), nan); };
   auto input = [](int64_t n, uint64_t seed) {
