@@ -399,9 +399,50 @@ TEST(KernelsFastTest, OverwritingKernelsWriteEveryElement) {
                    true, GradWrite::Overwrite, GradWrite::Overwrite);
     expectWritten(dx, "matmul_bwd da");
     expectWritten(dw, "matmul_bwd db");
+    y = fresh(rows * dim), dx = fresh(rows * dim);
+    geluForward(y.data(), x.data(), rows * dim);
+    expectWritten(y, "gelu");
+    geluBackward(dx.data(), x.data(), dy.data(), rows * dim);
+    expectWritten(dx, "gelu_bwd");
+
+    // The embedding's lookup: [seq 91, batch 11] ids of which a shard of 30 rows holds some.
+    const int64_t tokens = 91, sequences = 11, shardRows = 30, shardOffset = 30;
+    std::vector<int64_t> ids(size_t(tokens * sequences));
+    for (size_t i = 0; i < ids.size(); ++i)
+      ids[i] = int64_t(i * 37 % 100);
+    std::vector<float> table = input(shardRows * dim, 9);
+    y = fresh(tokens * sequences * dim);
+    embeddingForward(y.data(), ids.data(), table.data(), tokens, sequences, dim, shardOffset,
+                     shardRows);
+    expectWritten(y, "embedding");
+    std::vector<float> positions = input(tokens * dim, 10), z = fresh(tokens * sequences * dim);
+    positionEmbeddingForward(z.data(), y.data(), positions.data(), tokens, sequences, dim);
+    expectWritten(z, "position_embedding");
+    dx = fresh(tokens * sequences * dim);
+    std::vector<float> dpositions(size_t(tokens * dim), 0.0f);
+    positionEmbeddingBackward(dx.data(), dpositions.data(), z.data(), tokens, sequences, dim);
+    expectWritten(dx, "position_embedding_bwd");
+
+    // The loss's gradient over [91 x 11 rows, a shard of 45 columns of which 41 are valid].
+    std::vector<float> logits = input(tokens * sequences * dim, 11);
+    std::vector<float> rowMax = fresh(tokens * sequences), rowSum = fresh(tokens * sequences);
+    crossEntropyRowMax(rowMax.data(), logits.data(), tokens * sequences, dim, dim - 4);
+    expectWritten(rowMax, "cross_entropy row max");
+    crossEntropySumExp(rowSum.data(), logits.data(), rowMax.data(), tokens * sequences, dim,
+                       dim - 4);
+    expectWritten(rowSum, "cross_entropy row sum");
+    dx = fresh(tokens * sequences * dim);
+    crossEntropyBackward(dx.data(), logits.data(), ids.data(), rowMax.data(), rowSum.data(), 0.5f,
+                         tokens, sequences, dim, shardOffset, dim - 4);
+    expectWritten(dx, "cross_entropy_bwd");
 
     const int64_t n = seq * batch * heads * headDim;
     std::vector<float> q = input(n, 5), k = input(n, 6), v = input(n, 7), dyA = input(n, 8);
+    std::vector<float> rotated = fresh(n), unrotated = fresh(n);
+    ropeForward(rotated.data(), q.data(), seq, batch, heads, headDim, 10000.0, 3);
+    expectWritten(rotated, "rope");
+    ropeBackward(unrotated.data(), rotated.data(), seq, batch, heads, headDim, 10000.0, 3);
+    expectWritten(unrotated, "rope_bwd");
     for (bool causal : {true, false}) {
       std::vector<float> out = fresh(n), lse = fresh(batch * heads * seq);
       flashAttentionForward(out.data(), lse.data(), q.data(), k.data(), v.data(), seq, batch,
