@@ -31,10 +31,10 @@ namespace {
 std::atomic<int64_t> threadsSetting{1};
 thread_local bool insideParallel = false;
 
-// The kernels split the GEMMs themselves; OpenBLAS's own pool would only compete. Set when the
-// kernels are loaded, so that a program that never calls setKernelThreads (a test, a bench)
-// runs OpenBLAS as parrun does.
-const bool blasSingleThreaded = (openblas_set_num_threads(1), true);
+// The kernels split the GEMMs themselves; OpenBLAS's own pool would only compete. Set once,
+// when the kernels are loaded (after OpenBLAS read OPENBLAS_NUM_THREADS), so that every program
+// that links them, parrun, a test or a bench, runs OpenBLAS single-threaded.
+[[maybe_unused]] const bool blasSingleThreaded = (openblas_set_num_threads(1), true);
 
 /// `size` - 1 workers that take the chunks of each job with the caller: each thread claims the
 /// next unclaimed chunk until none is left, so a worker the scheduler has not woken yet (a
@@ -171,8 +171,6 @@ WorkerPool &poolOfThisThread() {
 
 void setKernelThreads(int64_t threads) {
   threadsSetting.store(std::max<int64_t>(1, threads));
-  (void)blasSingleThreaded;
-  openblas_set_num_threads(1); // again, should anything have raised it since
 }
 
 int64_t kernelThreads() { return threadsSetting.load(); }

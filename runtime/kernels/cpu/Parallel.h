@@ -1,6 +1,6 @@
 //===- Parallel.h - The kernels' threads: one small pool per calling thread --===//
 //
-// Private to the CPU kernels. OpenBLAS runs single-threaded (setKernelThreads sets it to 1):
+// Private to the CPU kernels. OpenBLAS runs single-threaded (set when the kernels load):
 // the kernels split their own work, GEMMs included (Blas.cpp), over kernelThreads() threads,
 // the calling thread and kernelThreads() - 1 workers of a pool that belongs to the calling
 // thread. A rank thread of a local run therefore has its own pool, and parrun sizes
