@@ -4,21 +4,26 @@
 #   * gemm:  a GEMM-heavy GPT (hidden 512, 8 heads, 6 blocks, seq 256, vocab 256, micro-batch
 #            8, one micro-batch a step) at 1 rank;
 #   * tiny at 8 ranks (tiny.par's own mapping, tp 2 pp 2 dp 2, threads of one parrun) against
-#     tiny at 1 rank: the same global batch, so the ratio is what the parallel run costs.
-# PyTorch runs bench/vs-pytorch.py (the same blocks, AdamW, clipping, torch.set_num_threads)
-# from a virtual environment with torch from PyPI, created on first use. Each run of each side
+#     tiny at 1 rank: the same global batch, so the ratio is what the parallel run costs;
+#   * each --par FILE: a model of your own at 1 rank (GPT blocks with layernorm, GELU and
+#     learned positions, the head tied to the embedding, AdamW; anything else is refused).
+# PyTorch runs bench/vs-pytorch.py (the same blocks, AdamW, clipping, torch.set_num_threads;
+# model, batch and optimizer read from parc's plan for the same .par) from a virtual
+# environment with torch from PyPI, created on first use. Each run of each side
 # gives the median tokens/s of its steps 2..N; the sides alternate run by run (parrun, torch,
 # parrun, ...) so that the load of a shared machine falls on both, and the table shows the
 # median of the runs and their spread (min-max).
 #
 # Usage: bench/vs-pytorch.sh [--bin DIR] [--steps N] [--runs R] [--threads T] [--venv DIR]
-#                            [--only tiny|gemm|ranks] [--keep DIR] [--cpu-seconds]
+#                            [--only tiny|gemm|ranks|par] [--par FILE]... [--keep DIR]
+#                            [--cpu-seconds]
 #   --bin DIR     where parc and parrun are (default: build/bin, or $PARC_BIN)
 #   --steps N     training steps per run (default 8; step 1 is not counted)
 #   --runs R      runs per side and model (default 3)
 #   --threads T   threads of each 1-rank side (default 2: torch.set_num_threads, parrun --threads)
 #   --venv DIR    the virtual environment with torch (default ~/.cache/parc-bench-venv)
-#   --only WHAT   one row only
+#   --only WHAT   one row only (par: the --par rows only)
+#   --par FILE    also compare this .par's model at 1 rank (its mapping must be tp = pp = dp = 1)
 #   --keep DIR    keep plans and logs under DIR (default: a temporary directory)
 #   --cpu-seconds tokens per CPU-second instead of per second, for a machine that others load:
 #                 each run is a 2-step and an N-step launch, and its figure (N - 2) steps'
@@ -35,6 +40,7 @@ runs=3
 threads=2
 venv=${PARC_BENCH_VENV:-$HOME/.cache/parc-bench-venv}
 only=""
+pars=()
 keep=""
 cpu_seconds=0
 while [[ $# -gt 0 ]]; do
@@ -47,7 +53,8 @@ while [[ $# -gt 0 ]]; do
     --only) only=$2; shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --cpu-seconds) cpu_seconds=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --par) pars+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "vs-pytorch.sh: unknown argument '$1'; see --help" >&2; exit 2 ;;
   esac
 done
@@ -61,7 +68,17 @@ if [[ $steps -lt 2 || $runs -lt 1 || ( $cpu_seconds == 1 && $steps -lt 3 ) ]]; t
   echo "vs-pytorch.sh: --steps must be 2 or more (3 with --cpu-seconds) and --runs 1 or more" >&2
   exit 2
 fi
-case $only in ""|tiny|gemm|ranks) ;; *) echo "vs-pytorch.sh: --only tiny, gemm or ranks" >&2; exit 2 ;; esac
+case $only in ""|tiny|gemm|ranks|par) ;; *) echo "vs-pytorch.sh: --only tiny, gemm, ranks or par" >&2; exit 2 ;; esac
+if [[ $only == par && ${#pars[@]} -eq 0 ]]; then
+  echo "vs-pytorch.sh: --only par needs one or more --par FILE" >&2
+  exit 2
+fi
+for par in "${pars[@]}"; do
+  if [[ ! -f $par ]]; then
+    echo "vs-pytorch.sh: no file '$par' (--par)" >&2
+    exit 2
+  fi
+done
 if [[ $cpu_seconds == 1 && $only == ranks ]]; then
   echo "vs-pytorch.sh: --cpu-seconds has no 8-rank row" >&2
   exit 2
@@ -128,10 +145,6 @@ train {
 }
 PAR
 
-# field FILE NAME -> the number after "NAME =" in a .par file
-field() { awk -v name="$2" '$1 == name && $2 == "=" { print $3; exit }' "$1"; }
-blocks() { awk '/layer .*: transformer x/ { print $NF; exit }' "$1"; }
-
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2];
                                                else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 parrun_tokens() { # LOG -> median tokens/s over steps 2..N
@@ -151,14 +164,10 @@ launch_parrun() { # NAME STEPS LOG
   fi
 }
 launch_torch() { # NAME STEPS LOG
-  local par=$work/$1.par hidden
-  hidden=$(field "$par" hidden)
-  "$python" "$root/bench/vs-pytorch.py" --vocab "$(field "$par" vocab)" --seq "$(field "$par" seq)" \
-    --hidden "$hidden" --heads "$(field "$par" heads)" --blocks "$(blocks "$par")" \
-    --ffn $((4 * hidden)) --micro-batch "$(field "$par" micro_batch)" \
-    --global-batch "$(field "$par" global_batch)" --steps "$2" --threads "$threads" > "$3"
+  "$python" "$root/bench/vs-pytorch.py" --plan "$work/$1" --steps "$2" --threads "$threads" > "$3"
 }
-step_tokens() { echo $(( $(field "$work/$1.par" global_batch) * $(field "$work/$1.par" seq) )); }
+declare -A tokens_per_step
+step_tokens() { echo "${tokens_per_step[$1]}"; }
 per_cpu_second() { # SIDE NAME RUN -> tokens per CPU-second of steps 3..N
   local log=$work/$2.$1.$3 TIMEFORMAT='%3U %3S' short long
   { time "launch_$1" "$2" 2 "$log.short.log" 2>> "$log.err"; } 2> "$log.short.time"
@@ -185,8 +194,25 @@ run_torch() { # NAME RUN -> prints tokens/s (or per CPU-second)
   torch_tokens "$work/$1.torch.$2.log" "$(step_tokens "$1")"
 }
 
-for name in tiny tiny-8rank gemm; do
-  "$bin/parc" "$work/$name.par" -o "$work/$name" > /dev/null
+names=(tiny tiny-8rank gemm)
+declare -A source=([tiny]=tiny.par [tiny-8rank]=tiny.par [gemm]=gemm.par)
+for ((i = 0; i < ${#pars[@]}; ++i)); do
+  cp "${pars[$i]}" "$work/par$i.par"
+  names+=("par$i")
+  source[par$i]=${pars[$i]}
+done
+for name in "${names[@]}"; do
+  if ! "$bin/parc" "$work/$name.par" -o "$work/$name" > "$work/$name.parc.log" 2>&1; then
+    cat "$work/$name.parc.log" >&2
+    echo "vs-pytorch.sh: parc could not compile ${source[$name]}" >&2
+    exit 2
+  fi
+  [[ $name == tiny-8rank ]] && continue
+  # Checks that the PyTorch side models the plan (it names what it does not) and counts tokens.
+  if ! tokens_per_step[$name]=$("$python" "$root/bench/vs-pytorch.py" --plan "$work/$name" --describe); then
+    echo "vs-pytorch.sh: cannot compare ${source[$name]} with PyTorch" >&2
+    exit 2
+  fi
 done
 
 declare -A results
@@ -206,6 +232,11 @@ for ((run = 1; run <= runs; ++run)); do
     results[gemm.parrun]+="$(run_parrun gemm "$run") "
     results[gemm.torch]+="$(run_torch gemm "$run") "
   fi
+  for ((i = 0; i < ${#pars[@]}; ++i)); do
+    [[ -z $only || $only == par ]] || break
+    results[par$i.parrun]+="$(run_parrun "par$i" "$run") "
+    results[par$i.torch]+="$(run_torch "par$i" "$run") "
+  done
 done
 
 summary() { # "v1 v2 ..." -> "median (min-max)"
@@ -232,6 +263,12 @@ if [[ -n ${results[gemm.torch]:-} ]]; then
     "$(summary "${results[gemm.parrun]}")" "$(summary "${results[gemm.torch]}")" \
     "$(ratio "$(med "${results[gemm.parrun]}")" "$(med "${results[gemm.torch]}")")"
 fi
+for ((i = 0; i < ${#pars[@]}; ++i)); do
+  [[ -z $only || $only == par ]] || break
+  printf '%-44s %22s %22s %7s\n' "$(basename "${pars[$i]}"), 1 rank, $threads threads vs PyTorch" \
+    "$(summary "${results[par$i.parrun]}")" "$(summary "${results[par$i.torch]}")" \
+    "$(ratio "$(med "${results[par$i.parrun]}")" "$(med "${results[par$i.torch]}")")"
+done
 if [[ -n ${results[ranks.parrun]:-} ]]; then
   printf '%-44s %22s %22s %7s\n' "tiny.par, 8 ranks vs 1 rank (parrun)" \
     "$(summary "${results[ranks.parrun]}")" "$(summary "${results[tiny.parrun]}")" \
