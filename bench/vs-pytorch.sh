@@ -216,7 +216,17 @@ for name in "${names[@]}"; do
 done
 
 declare -A results
+# A cache line's round trip between two cores before each run: on a VM it shows whether the
+# hypervisor has placed the two vCPUs apart, which slows every 2-thread side (docs/runtime.md).
+latencies=()
+probe_cores() {
+  [[ -x $bin/parc_cpu_core_latency ]] || return 0
+  local ns
+  ns=$("$bin/parc_cpu_core_latency" 2> /dev/null | awk '{ print $1 }') && [[ -n $ns ]] && latencies+=("$ns")
+  return 0
+}
 for ((run = 1; run <= runs; ++run)); do
+  probe_cores
   if [[ -z $only || $only == tiny || $only == ranks ]]; then
     results[tiny.parrun]+="$(run_parrun tiny "$run") "
   fi
@@ -278,6 +288,11 @@ how="each the median of steps 2..$steps"
 [[ $cpu_seconds == 1 ]] && how="each steps 3..$steps over their CPU seconds"
 # The GEMM rate parrun reaches depends on the OpenBLAS kernels it runs (docs/runtime.md).
 blas=$("$bin/parrun" --version 2>/dev/null | sed -n "s/.*OpenBLAS's \([A-Za-z0-9]*\) kernels.*/\1/p")
+if [[ ${#latencies[@]} -gt 0 ]]; then
+  apart=$(printf '%s\n' "${latencies[@]}" | awk '$1 > 200' | wc -l)
+  echo "core-to-core round trip before each run: $(printf '%s\n' "${latencies[@]}" | sort -n | head -1)-$(printf '%s\n' "${latencies[@]}" | sort -n | tail -1) ns;" \
+    "$apart of ${#latencies[@]} runs above 200 ns (two cores apart: every 2-thread side slows)"
+fi
 echo "medians of $runs runs (min-max), $how; fp32; $(nproc) cores;" \
   "parrun on OpenBLAS's ${blas:-unnamed} kernels;" \
   "torch $("$python" -c 'import torch; print(torch.__version__)'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
