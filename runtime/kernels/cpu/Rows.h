@@ -17,8 +17,11 @@
 
 namespace parc::runtime::cpu::detail {
 
-/// Elements per thread below which a second thread costs more than it saves.
-inline constexpr int64_t elementGrain = 16384;
+/// Elements per thread below which a second thread costs more than it saves. From 16384 to
+/// 4096 (tiny.par's 128 x 128 activations now split), tiny.par's 1 rank on 2 threads gained
+/// 1.0-1.2 % with the two cores near and 3-5 % with them apart (medians of 68-88 alternated
+/// pairs of runs; docs/runtime.md); 2048 did no better.
+inline constexpr int64_t elementGrain = 4096;
 
 /// body(begin, end) over [0, n) elements on the kernel threads.
 template <typename Body> void forElements(int64_t n, const Body &body) {
