@@ -136,8 +136,34 @@ TEST(KernelsFastTest, ABodyThatThrowsEndsItsJobAndLeavesTheThreadsUsable) {
   }
 }
 
+// Each thread owns a run of a job's chunks and the others take what it leaves: whatever the
+// threads, the chunks and the runs' uneven edges (7 chunks over 3 threads, fewer chunks than
+// threads), every element is visited once and every chunk is counted before the job returns.
+TEST(KernelsFastTest, EveryJobCoversItsRangeOnceOverTheThreadsRuns) {
+  for (int64_t threads : {2, 3, 4}) {
+    ThreadsScope scope(threads);
+    for (int64_t n : {1, 2, 3, 7, 50, 1000})
+      for (int64_t perThread : {1, 2, 4}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::atomic<int64_t> parts{0};
+        detail::parallelFor(
+            n, 1,
+            [&](int64_t begin, int64_t end) {
+              for (int64_t i = begin; i < end; ++i)
+                ++hits[size_t(i)];
+              ++parts;
+            },
+            perThread);
+        EXPECT_EQ(parts.load(), n > 1 ? std::min(n, threads * perThread) : 1)
+            << threads << " threads, n " << n << ", " << perThread << " a thread";
+        EXPECT_TRUE(std::all_of(hits.begin(), hits.end(), [](const auto &h) { return h == 1; }))
+            << threads << " threads, n " << n << ", " << perThread << " a thread";
+      }
+  }
+}
+
 TEST(KernelsFastTest, FusedBiasGeluIsTheUnfusedPairBitForBit) {
-  // 60000 elements: three chunks on two threads (Rows.h's grain is 16384 elements).
+  // 60000 elements: eight chunks on two threads (Rows.h's grain is 4096 elements a chunk).
   const int64_t rows = 200, dim = 300;
   for (int64_t threads : {1, 2}) {
     ThreadsScope scope(threads);

@@ -36,49 +36,56 @@ thread_local bool insideParallel = false;
 // that links them, parrun, a test or a bench, runs OpenBLAS single-threaded.
 [[maybe_unused]] const bool blasSingleThreaded = (openblas_set_num_threads(1), true);
 
-/// `size` - 1 workers that take the chunks of each job with the caller: each thread claims the
-/// next unclaimed chunk until none is left, so a worker the scheduler has not woken yet (a
-/// loaded machine) leaves its share to the caller instead of holding up the whole job. Which
-/// thread runs a chunk never changes what the chunk computes.
+/// `size` - 1 workers that take the chunks of each job with the caller. Thread t (the caller is
+/// 0) owns the t-th of `size` equal runs of chunks and takes its own first, front to back, then
+/// the ones left in the other threads' runs: so a worker the scheduler has not woken yet (a
+/// loaded machine) leaves its share to the others instead of holding up the whole job, and
+/// otherwise each thread takes the same rows op after op, where its cache holds what it wrote
+/// (over two distant cores a row that moves between them costs a transfer per cache line).
+/// Which thread runs a chunk never changes what the chunk computes.
 class WorkerPool {
 public:
-  explicit WorkerPool(int64_t size) {
+  explicit WorkerPool(int64_t size) : slots(size_t(size)) {
     for (int64_t w = 1; w < size; ++w)
-      workers.emplace_back([this] { work(); });
+      workers.emplace_back([this, w] { work(w); });
   }
   ~WorkerPool() {
     {
       std::lock_guard<std::mutex> lock(mutex);
       stopping.store(true);
-      state.store(packed(generationOf(state.load()) + 1, 0, 0));
+      generation.store(generation.load() + 1u);
     }
     wake.notify_all();
     for (std::thread &worker : workers)
       worker.join();
   }
   int64_t size() const { return int64_t(workers.size()) + 1; }
-
   void run(int64_t n, int64_t chunks, detail::RangeTask task) {
     job = {n, chunks, task};
-    done.store(0);
     failure = nullptr;
     failed.store(false);
-    uint64_t generation = generationOf(state.load()) + 1;
+    uint32_t next = generation.load() + 1u; // wraps, as the claim word's field does
+    int64_t threads = size();
+    for (int64_t t = 0; t < threads; ++t) {
+      slots[size_t(t)].done.store(0);
+      slots[size_t(t)].claim.store(
+          packed(next, uint64_t(chunks * (t + 1) / threads), uint64_t(chunks * t / threads)));
+    }
     {
       std::lock_guard<std::mutex> lock(mutex);
-      state.store(packed(generation, uint64_t(chunks), 0));
+      generation.store(next);
     }
     wake.notify_all();
-    runChunks(generation);
+    runChunks(0, next);
     // What is left are chunks the workers claimed: spin, yielding the core to them.
-    while (done.load() < chunks)
+    while (chunksDone() < chunks)
       std::this_thread::yield();
     // Every chunk is counted, so no worker reads the job or the failure any more.
     if (failed.load())
       std::rethrow_exception(failure);
   }
 
-  /// Chunks per job at most (the state word's field).
+  /// Chunks per job at most (the claim word's fields).
   static constexpr int64_t maxChunks = 0xffff;
 
 private:
@@ -86,35 +93,52 @@ private:
     int64_t n = 0, chunks = 0;
     detail::RangeTask task{};
   };
-
-  // The state word: the job's generation, its chunk count and the next unclaimed chunk, so
-  // that a claim is one compare-and-swap that fails for a job that is over.
-  static uint64_t packed(uint64_t generation, uint64_t chunks, uint64_t next) {
-    return generation << 32 | chunks << 16 | next;
+  // A thread's run of chunks: the job's generation, the run's end and its next unclaimed chunk
+  // in one word, so that a claim is one compare-and-swap that fails for a job that is over;
+  // and the chunks this thread has run. One cache line each, so that a thread claiming and
+  // counting its own chunks touches no other thread's line.
+  struct alignas(64) Slot {
+    std::atomic<uint64_t> claim{0};
+    std::atomic<int64_t> done{0};
+  };
+  static uint64_t packed(uint32_t gen, uint64_t end, uint64_t next) {
+    return uint64_t(gen) << 32 | end << 16 | next;
   }
-  static uint64_t generationOf(uint64_t word) { return word >> 32; }
+  static uint32_t generationOf(uint64_t word) { return uint32_t(word >> 32); }
 
-  /// Runs unclaimed chunks of job `generation` until none is left. The job's fields are read
-  /// only after a claim succeeded: the caller waits for that chunk, so they stay as written.
-  void runChunks(uint64_t generation) {
-    uint64_t word = state.load();
-    for (;;) {
-      uint64_t chunks = (word >> 16) & 0xffff, next = word & 0xffff;
-      if (generationOf(word) != generation || next >= chunks)
-        return;
-      if (!state.compare_exchange_weak(word, word + 1))
-        continue;
-      int64_t c = int64_t(next), begin = job.n * c / job.chunks;
-      int64_t end = job.n * (c + 1) / job.chunks;
-      if (begin < end && !failed.load()) {
-        try {
-          job.task.run(job.task.context, begin, end);
-        } catch (...) {
-          fail(std::current_exception());
+  int64_t chunksDone() const {
+    int64_t done = 0;
+    for (const Slot &slot : slots)
+      done += slot.done.load();
+    return done;
+  }
+
+  /// Thread `self` runs unclaimed chunks of job `gen`, its own run's first, until none is left.
+  /// The job's fields are read only after a claim succeeded: the caller waits for that chunk,
+  /// so they stay as written.
+  void runChunks(int64_t self, uint32_t gen) {
+    int64_t threads = size();
+    for (int64_t k = 0; k < threads; ++k) {
+      Slot &run = slots[size_t((self + k) % threads)];
+      uint64_t word = run.claim.load();
+      for (;;) {
+        uint64_t end = (word >> 16) & 0xffff, next = word & 0xffff;
+        if (generationOf(word) != gen || next >= end)
+          break;
+        if (!run.claim.compare_exchange_weak(word, word + 1))
+          continue;
+        int64_t c = int64_t(next), begin = job.n * c / job.chunks;
+        int64_t stop = job.n * (c + 1) / job.chunks;
+        if (begin < stop && !failed.load()) {
+          try {
+            job.task.run(job.task.context, begin, stop);
+          } catch (...) {
+            fail(std::current_exception());
+          }
         }
+        slots[size_t(self)].done.fetch_add(1);
+        word = run.claim.load();
       }
-      done.fetch_add(1);
-      word = state.load();
     }
   }
 
@@ -127,10 +151,10 @@ private:
     failed.store(true);
   }
 
-  void work() {
+  void work(int64_t self) {
     insideParallel = true;
-    uint64_t seen = 0;
-    auto published = [&] { return generationOf(state.load()) != seen; };
+    uint32_t seen = 0;
+    auto published = [&] { return generation.load() != seen; };
     for (;;) {
       // Spin for about a job's length before sleeping on the condition variable.
       auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
@@ -142,16 +166,16 @@ private:
       }
       if (stopping.load())
         return;
-      seen = generationOf(state.load());
-      runChunks(seen);
+      seen = generation.load();
+      runChunks(self, seen);
     }
   }
 
   std::vector<std::thread> workers;
   std::mutex mutex;
   std::condition_variable wake;
-  std::atomic<uint64_t> state{0};
-  std::atomic<int64_t> done{0};
+  std::vector<Slot> slots;
+  std::atomic<uint32_t> generation{0};
   std::atomic<bool> stopping{false};
   Job job;
   std::mutex failureMutex;

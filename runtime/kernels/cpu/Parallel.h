@@ -7,7 +7,8 @@
 // kernelThreads() so that ranks x threads does not exceed the cores: one pool never serves two
 // ranks, and no BLAS pool spins beside it.
 //
-// Work is cut into contiguous ranges that the threads claim one after another; a kernel whose
+// Work is cut into contiguous ranges; each thread takes its own share of them first, the same
+// rows op after op, then what is left of the others' (Parallel.cpp); a kernel whose
 // result must not depend on the thread count computes nothing that depends on where a range
 // starts: a reduction cuts its input into fixed-size blocks and sums the blocks' partials in
 // order, or gives each thread whole columns.
@@ -30,7 +31,7 @@ struct RangeTask {
 };
 
 /// Runs `task` on `chunks` contiguous ranges covering [0, n), on the calling thread and the
-/// workers of its pool, each thread claiming the next chunk that is left.
+/// workers of its pool, each thread its own share of the ranges first, then any left.
 void runParallel(int64_t n, int64_t chunks, RangeTask task);
 
 /// The number of threads a kernel may use on this thread now (1 inside a parallelFor).
