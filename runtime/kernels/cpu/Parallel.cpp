@@ -37,7 +37,7 @@ thread_local bool insideParallel = false;
 [[maybe_unused]] const bool blasSingleThreaded = (openblas_set_num_threads(1), true);
 
 /// `size` - 1 workers that take the chunks of each job with the caller. Thread t (the caller is
-/// 0) owns the t-th of `size` equal runs of chunks and takes its own first, front to back, then
+/// 0) owns the t-th of `size` runs of chunks (equal to within one) and takes its own first, then
 /// the ones left in the other threads' runs: so a worker the scheduler has not woken yet (a
 /// loaded machine) leaves its share to the others instead of holding up the whole job, and
 /// otherwise each thread takes the same rows op after op, where its cache holds what it wrote
@@ -46,19 +46,15 @@ thread_local bool insideParallel = false;
 class WorkerPool {
 public:
   explicit WorkerPool(int64_t size) : slots(size_t(size)) {
-    for (int64_t w = 1; w < size; ++w)
-      workers.emplace_back([this, w] { work(w); });
-  }
-  ~WorkerPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      stopping.store(true);
-      generation.store(generation.load() + 1u);
+    try {
+      for (int64_t w = 1; w < size; ++w)
+        workers.emplace_back([this, w] { work(w); });
+    } catch (...) { // a thread that cannot start: the started ones must not outlive the pool
+      stopWorkers();
+      throw;
     }
-    wake.notify_all();
-    for (std::thread &worker : workers)
-      worker.join();
   }
+  ~WorkerPool() { stopWorkers(); }
   int64_t size() const { return int64_t(workers.size()) + 1; }
   void run(int64_t n, int64_t chunks, detail::RangeTask task) {
     job = {n, chunks, task};
@@ -96,7 +92,7 @@ private:
   // A thread's run of chunks: the job's generation, the run's end and its next unclaimed chunk
   // in one word, so that a claim is one compare-and-swap that fails for a job that is over;
   // and the chunks this thread has run. One cache line each, so that a thread claiming and
-  // counting its own chunks touches no other thread's line.
+  // counting its own chunks writes no other thread's line.
   struct alignas(64) Slot {
     std::atomic<uint64_t> claim{0};
     std::atomic<int64_t> done{0};
@@ -151,6 +147,17 @@ private:
     failed.store(true);
   }
 
+  void stopWorkers() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping.store(true);
+      generation.store(generation.load() + 1u);
+    }
+    wake.notify_all();
+    for (std::thread &worker : workers)
+      worker.join();
+  }
+
   void work(int64_t self) {
     insideParallel = true;
     uint32_t seen = 0;
@@ -164,9 +171,12 @@ private:
         std::unique_lock<std::mutex> lock(mutex);
         wake.wait(lock, published);
       }
+      // The generation first: stopWorkers sets `stopping` before its last generation, so a
+      // worker that saw that generation sees `stopping` (checked the other way round, a worker
+      // between the two when the pool stopped would sleep on with the stop's wake-up missed).
+      seen = generation.load();
       if (stopping.load())
         return;
-      seen = generation.load();
       runChunks(self, seen);
     }
   }
