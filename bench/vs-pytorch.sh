@@ -194,6 +194,9 @@ run_torch() { # NAME RUN -> prints tokens/s (or per CPU-second)
   torch_tokens "$work/$1.torch.$2.log" "$(step_tokens "$1")"
 }
 
+# Whether a row runs: all without --only, else the one it names (par: the --par rows).
+row_on() { [[ -z $only || $only == "$1" ]]; }
+
 names=(tiny tiny-8rank gemm)
 declare -A source=([tiny]=tiny.par [tiny-8rank]=tiny.par [gemm]=gemm.par)
 for ((i = 0; i < ${#pars[@]}; ++i)); do
@@ -207,8 +210,10 @@ for name in "${names[@]}"; do
     echo "vs-pytorch.sh: parc could not compile ${source[$name]}" >&2
     exit 2
   fi
+  # Checks that the PyTorch side models the plan (it names what it does not) and counts tokens,
+  # for the models whose PyTorch side runs (par0, par1, ... are the par row's).
   [[ $name == tiny-8rank ]] && continue
-  # Checks that the PyTorch side models the plan (it names what it does not) and counts tokens.
+  row_on "${name%%[0-9]*}" || continue
   if ! tokens_per_step[$name]=$("$python" "$root/bench/vs-pytorch.py" --plan "$work/$name" --describe); then
     echo "vs-pytorch.sh: cannot compare ${source[$name]} with PyTorch" >&2
     exit 2
@@ -243,7 +248,7 @@ for ((run = 1; run <= runs; ++run)); do
     results[gemm.torch]+="$(run_torch gemm "$run") "
   fi
   for ((i = 0; i < ${#pars[@]}; ++i)); do
-    [[ -z $only || $only == par ]] || break
+    row_on par || break
     results[par$i.parrun]+="$(run_parrun "par$i" "$run") "
     results[par$i.torch]+="$(run_torch "par$i" "$run") "
   done
@@ -274,7 +279,7 @@ if [[ -n ${results[gemm.torch]:-} ]]; then
     "$(ratio "$(med "${results[gemm.parrun]}")" "$(med "${results[gemm.torch]}")")"
 fi
 for ((i = 0; i < ${#pars[@]}; ++i)); do
-  [[ -z $only || $only == par ]] || break
+  row_on par || break
   printf '%-44s %22s %22s %7s\n' "$(basename "${pars[$i]}"), 1 rank, $threads threads vs PyTorch" \
     "$(summary "${results[par$i.parrun]}")" "$(summary "${results[par$i.torch]}")" \
     "$(ratio "$(med "${results[par$i.parrun]}")" "$(med "${results[par$i.torch]}")")"
