@@ -2,7 +2,9 @@
 //
 // One scheduler mutex guards which fibers are ready, parked or done; a thread that finds none
 // ready sleeps until one is woken or a parked fiber's deadline passes, so a deadline ends a
-// park as it would end a condition variable's wait.
+// park as it would end a condition variable's wait. Thread-local state is read only before a
+// fiber first switches (a compiler may keep a thread-local's address across a call, and the
+// fiber may come back on another thread): a fiber finds its way home through its own record.
 //
 // Which ready fiber a thread takes decides whose data its caches hold: a rank's weights,
 // activations and the interpreter's tables are megabytes, and eight ranks on two cores switch
@@ -14,9 +16,7 @@
 // two vCPUs near (55 pairs) and 1.046 apart (46); its zero = 3 variant 0.977 near (25) and
 // 1.014 apart (26); tiny-moe.par's 4 ranks 0.984 near (70) and 0.985 apart (60). A fiber
 // passed over kMaxPassedOver times is taken next, so that two ranks waking each other cannot
-// starve a third (at 32 it cut in often enough to lose the gain on tiny.par). Thread-local state is read only before a
-// fiber first switches (a compiler may keep a thread-local's address across a call, and the
-// fiber may come back on another thread): a fiber finds its way home through its own record.
+// starve a third (at 32 it cut in often enough to lose the gain on tiny.par).
 //
 //===----------------------------------------------------------------------===//
 
