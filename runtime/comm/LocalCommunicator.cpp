@@ -366,9 +366,13 @@ private:
       if (transfer.kind != Transfer::Kind::Send)
         continue;
       const char *bytes = static_cast<const char *>(transfer.data);
-      outgoing.push_back(
-          {transfer.type, transfer.count,
-           std::vector<char>(bytes, bytes + transfer.count * sizeOf(transfer.type))});
+      std::vector<char> copy;
+      if (!spareBytes.empty()) {
+        copy = std::move(spareBytes.back());
+        spareBytes.pop_back();
+      }
+      copy.assign(bytes, bytes + transfer.count * sizeOf(transfer.type));
+      outgoing.push_back({transfer.type, transfer.count, std::move(copy)});
     }
     Lock lock(state.mutex);
     if (!state.failure.empty())
@@ -411,6 +415,8 @@ private:
       lock.unlock();
       if (!message.bytes.empty())
         std::memcpy(transfer.data, message.bytes.data(), message.bytes.size());
+      if (spareBytes.size() < kSpareMessages)
+        spareBytes.push_back(std::move(message.bytes));
       lock.lock();
     }
   }
@@ -419,6 +425,11 @@ private:
   int64_t myRank;
   /// Touched only by this rank's thread.
   std::map<std::vector<int64_t>, uint64_t> nextSequence;
+  /// Received messages' buffers, refilled by this rank's next sends so that a step's
+  /// transfers allocate nothing (a pipeline stage receives about as many as it sends, of
+  /// the same sizes); at most kSpareMessages, so a rank that only receives holds few.
+  static constexpr size_t kSpareMessages = 8;
+  std::vector<std::vector<char>> spareBytes;
 };
 
 } // namespace

@@ -64,6 +64,7 @@ ScheduleRunner<D>::ScheduleRunner(const plan::RankPlan &plan, Communicator &comm
       data(data), interpreter(plan, params, comm), gradSyncOverlap(plan, params, gradBucketBytes),
       within(plan), worldRanks(size_t(plan.world)), scaler(lossScale) {
   std::iota(worldRanks.begin(), worldRanks.end(), 0);
+  spareEnvs.resize(plan.chunks.size());
   names.reserve(plan.chunks.size());
   for (const plan::Chunk &chunk : plan.chunks) {
     liveness.push_back(ChunkLiveness::analyze(chunk));
@@ -120,7 +121,22 @@ Tensor<typename D::Value> ScheduleRunner<D>::takeFrom(Key key, const std::string
 
 template <typename D> ChunkEnv<typename D::Value> &ScheduleRunner<D>::envOf(Key key) {
   chunkAt(key.first);
-  return envs.try_emplace(key, names[size_t(key.first)]).first->second;
+  auto found = envs.find(key);
+  if (found != envs.end())
+    return found->second;
+  std::vector<ChunkEnv<T>> &spares = spareEnvs[size_t(key.first)];
+  if (spares.empty())
+    return envs.try_emplace(key, names[size_t(key.first)]).first->second;
+  ChunkEnv<T> &env = envs.try_emplace(key, std::move(spares.back())).first->second;
+  spares.pop_back();
+  return env;
+}
+
+template <typename D>
+void ScheduleRunner<D>::retire(typename std::map<Key, ChunkEnv<T>>::iterator it) {
+  it->second.clear();
+  spareEnvs[size_t(it->first.first)].push_back(std::move(it->second));
+  envs.erase(it);
 }
 
 template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
@@ -169,7 +185,8 @@ template <typename D> StepResult ScheduleRunner<D>::runStep(int64_t step) {
   }
   if (!stepped)
     scheduleError("step " + std::to_string(step + 1) + ": the schedule has no optimizer_step");
-  envs.clear();
+  while (!envs.empty())
+    retire(envs.begin());
 
   // Every rank learns the loss: the loss-holding ranks (tp rank 0 of the last stage, one per
   // replica and cp rank) contribute their sum, in a world-wide fold that is the same
@@ -409,7 +426,7 @@ void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch, size_t instr
     const plan::Chunk &next = chunkAt(index + 1);
     env.setValue(outputGrad) =
         takeFrom({index + 1, microbatch}, plan::gradName(next.input), /*copy=*/false);
-    envs.erase({index + 1, microbatch});
+    retire(envs.find({index + 1, microbatch}));
   }
   runOps(chunk, /*backward=*/true, instr, env);
   // Only the input gradient outlives the backward, until it is sent or handed over.
@@ -421,7 +438,7 @@ void ScheduleRunner<D>::backward(int64_t index, int64_t microbatch, size_t instr
   if (kept.buffer.allocated())
     env.setValue(inputGrad) = std::move(kept);
   else
-    envs.erase(found);
+    retire(found);
 }
 
 template <typename D> void ScheduleRunner<D>::runTransfers(llvm::ArrayRef<plan::Instr> run) {
@@ -475,7 +492,8 @@ template <typename D> void ScheduleRunner<D>::runTransfers(llvm::ArrayRef<plan::
         !llvm::is_contained(liveness[size_t(instr.chunk)].readByBackward, chunk.output))
       envOf(key).erase(chunk.output);
     if (instr.op == InstrKind::SendGrad)
-      envs.erase(key);
+      if (auto found = envs.find(key); found != envs.end())
+        retire(found);
   }
 }
 

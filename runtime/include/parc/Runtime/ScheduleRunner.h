@@ -94,6 +94,9 @@ private:
   Tensor<T> takeFrom(Key key, const std::string &name, bool copy);
   /// The environment of (chunk, microbatch), made empty if there is none yet.
   ChunkEnv<T> &envOf(Key key);
+  /// Ends the environment at `it`: its tensors go back to the arena and the emptied table is
+  /// kept for the chunk's next microbatch, so that the step loop allocates none.
+  void retire(typename std::map<Key, ChunkEnv<T>>::iterator it);
 
   const plan::RankPlan &plan;
   Communicator &comm;
@@ -110,6 +113,7 @@ private:
   std::vector<std::pair<std::vector<ChunkNames::Freed>, std::vector<ChunkNames::Freed>>> freed;
   std::vector<int64_t> worldRanks;
   std::map<Key, ChunkEnv<T>> envs;
+  std::vector<std::vector<ChunkEnv<T>>> spareEnvs; // per chunk, emptied by retire
   double stepLossSum = 0;
   StepStats lastStats;
   bool stepped = false;
