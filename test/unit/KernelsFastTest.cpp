@@ -247,6 +247,48 @@ TEST(KernelsFastTest, NormsGiveEachRowTheBitsOfThatRowAlone) {
   checkNormRowsAlone<double>();
 }
 
+// The float layernorm (one pass of shifted sums, normalised in float) against the double one
+// at the float inputs, on rows far from zero as well: a mean of 1e4 over a spread of 0.1
+// cancels eight of a float's digits, which a pass of plain sums (E[x^2] - mean^2) or x minus
+// the mean's float would lose (errors of 1e-3 of the outputs' scale, measured).
+TEST(KernelsFastTest, FloatLayerNormAgreesWithDoubleFarFromZero) {
+  const int64_t rows = 9, dim = 300;
+  for (auto [mean, spread] : {std::pair{0.0, 1.0}, {5.0, 1.0}, {1e4, 0.1}, {-300.0, 1e-3}}) {
+    auto x = randomValues<double>(rows * dim, 12, spread);
+    for (double &value : x)
+      value = double(float(mean + value));
+    auto dy = randomValues<double>(rows * dim, 13), weight = randomValues<double>(dim, 14);
+    auto bias = randomValues<double>(dim, 15);
+    for (auto *values : {&dy, &weight, &bias})
+      for (double &value : *values)
+        value = double(float(value));
+    std::vector<double> y(x.size()), dx(x.size()), dw(dim), db(dim);
+    layerNormForward(y.data(), x.data(), weight.data(), bias.data(), rows, dim, 1e-5);
+    layerNormBackward(dx.data(), dw.data(), db.data(), x.data(), weight.data(), dy.data(), rows,
+                      dim, 1e-5);
+    std::vector<float> xF(x.begin(), x.end()), dyF(dy.begin(), dy.end());
+    std::vector<float> weightF(weight.begin(), weight.end()), biasF(bias.begin(), bias.end());
+    std::vector<float> yF(x.size()), dxF(x.size()), dwF(dim), dbF(dim);
+    layerNormForward(yF.data(), xF.data(), weightF.data(), biasF.data(), rows, dim, 1e-5);
+    layerNormBackward(dxF.data(), dwF.data(), dbF.data(), xF.data(), weightF.data(), dyF.data(),
+                      rows, dim, 1e-5);
+    // A few float roundings of each output's scale (measured: 1.4e-7 at most).
+    auto expectNear = [&](const std::vector<float> &got, const std::vector<double> &want,
+                          const char *what) {
+      double scale = 0, worst = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, std::abs(want[i]));
+        worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+      }
+      EXPECT_LT(worst, 5e-7 * scale) << what << " about " << mean << " spread " << spread;
+    };
+    expectNear(yF, y, "y");
+    expectNear(dxF, dx, "dx");
+    expectNear(dwF, dw, "dweight");
+    expectNear(dbF, db, "dbias");
+  }
+}
+
 TEST(KernelsFastTest, FloatGeluIsWithinRoundingOfDouble) {
   // GELU and its derivative over [-10, 10], float against the double (libm) kernels.
   const int64_t n = 20001;

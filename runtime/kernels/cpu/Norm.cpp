@@ -1,11 +1,13 @@
 //===- Norm.cpp - layernorm and rmsnorm over the last dim -----------------===//
 //
 // The plan's backward ops get x, not the forward's statistics, so the backward
-// recomputes mean and rstd per row (one extra pass over the row, cheaper than a
-// saved buffer's traffic on a CPU). Row statistics accumulate in double
-// whatever T is, in fixed lanes (rowSum). Rows run on the kernel threads; the
-// weight and bias gradients are sums over row blocks (Rows.h), the same bits
-// for any number of threads.
+// recomputes mean and rstd per row (cheaper than a saved buffer's traffic on a
+// CPU). Row statistics accumulate in double whatever T is, in fixed lanes
+// (rowLaneSums); a float layernorm takes them in one pass and normalises in
+// float, twice as fast as in double (0.64 against 1.33 ns an element of the
+// backward at dim 1024, 0.30 against 0.54 of the forward, on one core). Rows
+// run on the kernel threads; the weight and bias gradients are sums over row
+// blocks (Rows.h), the same bits for any number of threads.
 //
 //===----------------------------------------------------------------------===//
 
@@ -73,6 +75,57 @@ template <int64_t R, typename T>
   return rrms;
 }
 
+// A float row's sums in one pass, of d = x - x[0] and d^2 in double (d is exact there), and
+// with `more` terms (more(r, i, d)) beside them: about x[0], the variance E[d^2] - E[d]^2
+// cancels like a two-pass one's. A double row's d would round, so it keeps the two passes.
+template <int64_t R, typename T, typename... More>
+[[gnu::always_inline]] inline auto shiftedRowSums(const T *x, int64_t dim, const More &...more) {
+  auto d = [&](int64_t r, int64_t i) { return double(x[r * dim + i]) - double(x[r * dim]); };
+  return rowSums<R>(
+      dim, d, [&](int64_t r, int64_t i) { return d(r, i) * d(r, i); },
+      [&](int64_t r, int64_t i) { return more(r, i, d(r, i)); }...);
+}
+
+// mean and rstd of a row from shiftedRowSums's first two sums
+template <typename Sums>
+[[gnu::always_inline]] inline RowStats shiftedStats(const Sums &sums, double shift, int64_t dim,
+                                                    double eps) {
+  double dMean = sums[0] / dim;
+  double var = std::max(0.0, sums[1] / dim - dMean * dMean);
+  return {shift + dMean, 1.0 / std::sqrt(var + eps)};
+}
+
+template <int64_t R, typename T>
+[[gnu::always_inline]] inline std::array<RowStats, R> rowStats(const T *x, int64_t dim,
+                                                               double eps) {
+  std::array<RowStats, R> stats;
+  if constexpr (std::is_same_v<T, float>) {
+    auto sums = shiftedRowSums<R>(x, dim);
+    for (int64_t r = 0; r < R; ++r)
+      stats[r] = shiftedStats(sums[r], x[r * dim], dim, eps);
+  } else {
+    auto sums = rowSums<R>(dim, [&](int64_t r, int64_t i) { return double(x[r * dim + i]); });
+    std::array<double, R> mean;
+    for (int64_t r = 0; r < R; ++r)
+      mean[r] = sums[r][0] / dim;
+    stats = statsAbout<R>(x, dim, mean, eps);
+  }
+  return stats;
+}
+
+/// x - mean in T: a float row subtracts the mean's float and then its remainder (x - hi is
+/// exact for the x near the mean), so a row far from zero keeps the bits of its spread.
+template <typename T> struct Centre {
+  T hi, lo;
+  explicit Centre(double mean) : hi(T(mean)), lo(T(mean - double(hi))) {}
+  T of(T x) const {
+    if constexpr (std::is_same_v<T, float>)
+      return (x - hi) - lo;
+    else
+      return x - hi;
+  }
+};
+
 // Rows [first, last) of each kernel, one function per kernel and type so that
 // the float ones get their AVX-512 and AVX2 clones (clang clones no templates).
 template <typename T>
@@ -83,16 +136,13 @@ template <typename T>
     constexpr int64_t R = decltype(rows)::value;
     const T *xr = x + r0 * dim;
     T *yr = y + r0 * dim;
-    auto sums = rowSums<R>(dim, [&](int64_t r, int64_t i) { return double(xr[r * dim + i]); });
-    std::array<double, R> mean;
-    for (int64_t r = 0; r < R; ++r)
-      mean[r] = sums[r][0] / dim;
-    std::array<RowStats, R> stats = statsAbout<R>(xr, dim, mean, eps);
+    std::array<RowStats, R> stats = rowStats<R>(xr, dim, eps);
     for (int64_t r = 0; r < R; ++r) {
+      Centre<T> mean(stats[r].mean);
+      T rstd = T(stats[r].rstd);
 #pragma omp simd
       for (int64_t i = 0; i < dim; ++i)
-        yr[r * dim + i] =
-            T((xr[r * dim + i] - stats[r].mean) * stats[r].rstd * weight[i] + bias[i]);
+        yr[r * dim + i] = mean.of(xr[r * dim + i]) * rstd * weight[i] + bias[i];
     }
   });
 }
@@ -112,6 +162,27 @@ template <typename T, typename NormRows>
   });
 }
 
+// dx = rstd (g - mean(g) - xhat mean(g xhat)) of R rows whose sums of g and of g xhat are known
+template <int64_t R, typename T>
+[[gnu::always_inline]] inline void layerNormBackwardOut(T *dx, T *part, const T *x, const T *weight,
+                                                        const T *dy, int64_t dim,
+                                                        const std::array<RowStats, R> &stats,
+                                                        const std::array<double, R> &gSum,
+                                                        const std::array<double, R> &gxhatSum) {
+  for (int64_t r = 0; r < R; ++r) {
+    Centre<T> mean(stats[r].mean);
+    T rstd = T(stats[r].rstd), gMean = T(gSum[r] / dim), gxhatMean = T(gxhatSum[r] / dim);
+    const T *xr = x + r * dim, *dyr = dy + r * dim;
+#pragma omp simd
+    for (int64_t i = 0; i < dim; ++i) {
+      T xhat = mean.of(xr[i]) * rstd;
+      part[i] += dyr[i] * xhat;
+      part[dim + i] += dyr[i];
+      dx[r * dim + i] = rstd * (dyr[i] * weight[i] - gMean - xhat * gxhatMean);
+    }
+  }
+}
+
 template <typename T>
 [[gnu::always_inline]] inline void
 layerNormBackwardRows(T *dx, T *part, const T *x, const T *weight, const T *dy, int64_t first,
@@ -119,30 +190,37 @@ layerNormBackwardRows(T *dx, T *part, const T *x, const T *weight, const T *dy, 
   forRowGroups(first, last, [&](auto rows, int64_t r0) PARC_INLINE_LAMBDA {
     constexpr int64_t R = decltype(rows)::value;
     const T *xr = x + r0 * dim, *dyr = dy + r0 * dim;
+    auto xAt = [&](int64_t r, int64_t i) { return double(xr[r * dim + i]); };
     auto g = [&](int64_t r, int64_t i) { return double(dyr[r * dim + i]) * weight[i]; };
-    // sum(g) needs no statistics, so it shares the pass that sums x for the mean.
-    auto sums = rowSums<R>(
-        dim, [&](int64_t r, int64_t i) { return double(xr[r * dim + i]); }, g);
-    std::array<double, R> mean, gMean;
-    for (int64_t r = 0; r < R; ++r) {
-      mean[r] = sums[r][0] / dim;
-      gMean[r] = sums[r][1] / dim;
-    }
-    std::array<RowStats, R> stats = statsAbout<R>(xr, dim, mean, eps);
-    auto xhat = [&](int64_t r, int64_t i) {
-      return (xr[r * dim + i] - stats[r].mean) * stats[r].rstd;
-    };
-    auto gxhat = rowSums<R>(dim, [&](int64_t r, int64_t i) { return g(r, i) * xhat(r, i); });
-    for (int64_t r = 0; r < R; ++r) {
-      double gxhatMean = gxhat[r][0] / dim;
-#pragma omp simd
-      for (int64_t i = 0; i < dim; ++i) {
-        part[i] += T(dyr[r * dim + i] * xhat(r, i));
-        part[dim + i] += dyr[r * dim + i];
-        dx[(r0 + r) * dim + i] =
-            T(stats[r].rstd * (g(r, i) - gMean[r] - xhat(r, i) * gxhatMean));
+    std::array<RowStats, R> stats;
+    std::array<double, R> gSum, gxhatSum;
+    if constexpr (std::is_same_v<T, float>) {
+      // One pass, as rowStats's: sum(g xhat) = rstd (sum(g d) - (mean - x[0]) sum(g)).
+      auto sums = shiftedRowSums<R>(
+          xr, dim, [&](int64_t r, int64_t i, double) { return g(r, i); },
+          [&](int64_t r, int64_t i, double d) { return g(r, i) * d; });
+      for (int64_t r = 0; r < R; ++r) {
+        double shift = xr[r * dim];
+        stats[r] = shiftedStats(sums[r], shift, dim, eps);
+        gSum[r] = sums[r][2];
+        gxhatSum[r] = stats[r].rstd * (sums[r][3] - (stats[r].mean - shift) * sums[r][2]);
       }
+    } else {
+      // sum(g) needs no statistics, so it shares the pass that sums x for the mean.
+      auto sums = rowSums<R>(dim, xAt, g);
+      std::array<double, R> mean;
+      for (int64_t r = 0; r < R; ++r) {
+        mean[r] = sums[r][0] / dim;
+        gSum[r] = sums[r][1];
+      }
+      stats = statsAbout<R>(xr, dim, mean, eps);
+      auto gxhat = rowSums<R>(dim, [&](int64_t r, int64_t i) {
+        return g(r, i) * ((xAt(r, i) - stats[r].mean) * stats[r].rstd);
+      });
+      for (int64_t r = 0; r < R; ++r)
+        gxhatSum[r] = gxhat[r][0];
     }
+    layerNormBackwardOut<R>(dx + r0 * dim, part, xr, weight, dyr, dim, stats, gSum, gxhatSum);
   });
 }
 
