@@ -2,6 +2,7 @@
 
 #include "parc/Plan/Plan.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/ErrorHandling.h"
@@ -235,7 +236,9 @@ const OpInfo &opInfo(OpKind kind) {
 
 namespace {
 template <typename T> const T &attrAs(const Op &op, StringRef name) {
-  auto it = op.attrs.find(name.str());
+  // An op has at most a few attributes, and the runtime reads them at every op: a scan of
+  // StringRef compares, no std::string built for map::find.
+  auto it = llvm::find_if(op.attrs, [&](const auto &attr) { return attr.first == name; });
   if (it == op.attrs.end() || !std::holds_alternative<T>(it->second))
     llvm::report_fatal_error("plan op '" + spelling(op.kind) + "' has no attribute '" + name +
                              "' of the requested type; was the plan read and verified?");

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -150,7 +151,9 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
     for (size_t j = i; j < end && beforeOp; ++j)
       beforeOp(j);
     Context ctx{chunk, ops[i], env, freeAfter[i], {}, env.chunkNames().slotsOf(ops, i)};
-    StopWatch watch;
+    std::optional<StopWatch> watch; // a clock read an op costs when nothing profiles
+    if (profile)
+      watch.emplace();
     try {
       if (isPointToPoint(i))
         exchangeRun(chunk, ops, i, end, env);
@@ -165,7 +168,7 @@ void OpInterpreter<D>::run(const plan::Chunk &chunk, bool backward, llvm::ArrayR
       dev.accumulateGrad(pending.grad, pending.scratch.data(), int64_t(pending.scratch.size()));
     // An exchange is timed as one op, under the kind of its first send or receive.
     if (profile)
-      record(ctx, watch);
+      record(ctx, *watch);
     for (; i < end; ++i) {
       for (int slot : freeAfter[i])
         env.eraseAt(slot);
