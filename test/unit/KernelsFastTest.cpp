@@ -247,11 +247,11 @@ TEST(KernelsFastTest, NormsGiveEachRowTheBitsOfThatRowAlone) {
   checkNormRowsAlone<double>();
 }
 
-// The float layernorm (one pass of shifted sums, normalised in float) against the double one
-// at the float inputs, on rows far from zero as well: a mean of 1e4 over a spread of 0.1
-// cancels eight of a float's digits, which a pass of plain sums (E[x^2] - mean^2) or x minus
-// the mean's float would lose (errors of 1e-3 of the outputs' scale, measured).
-TEST(KernelsFastTest, FloatLayerNormAgreesWithDoubleFarFromZero) {
+// The float norms (one pass of sums, normalised in float) against the double ones at the
+// float inputs, on rows far from zero as well: for layernorm, a mean of 1e4 over a spread of
+// 0.1 cancels eight of a float's digits, which a pass of plain sums (E[x^2] - mean^2) or x
+// minus the mean's float would lose (errors of 1e-3 of the outputs' scale, measured).
+TEST(KernelsFastTest, FloatNormsAgreeWithDoubleFarFromZero) {
   const int64_t rows = 9, dim = 300;
   for (auto [mean, spread] : {std::pair{0.0, 1.0}, {5.0, 1.0}, {1e4, 0.1}, {-300.0, 1e-3}}) {
     auto x = randomValues<double>(rows * dim, 12, spread);
@@ -272,7 +272,15 @@ TEST(KernelsFastTest, FloatLayerNormAgreesWithDoubleFarFromZero) {
     layerNormForward(yF.data(), xF.data(), weightF.data(), biasF.data(), rows, dim, 1e-5);
     layerNormBackward(dxF.data(), dwF.data(), dbF.data(), xF.data(), weightF.data(), dyF.data(),
                       rows, dim, 1e-5);
-    // A few float roundings of each output's scale (measured: 1.4e-7 at most).
+    std::vector<double> rmsY(x.size()), rmsDx(x.size()), rmsDw(dim);
+    rmsNormForward(rmsY.data(), x.data(), weight.data(), rows, dim, 1e-5);
+    rmsNormBackward(rmsDx.data(), rmsDw.data(), x.data(), weight.data(), dy.data(), rows, dim,
+                    1e-5);
+    std::vector<float> rmsYF(x.size()), rmsDxF(x.size()), rmsDwF(dim);
+    rmsNormForward(rmsYF.data(), xF.data(), weightF.data(), rows, dim, 1e-5);
+    rmsNormBackward(rmsDxF.data(), rmsDwF.data(), xF.data(), weightF.data(), dyF.data(), rows,
+                    dim, 1e-5);
+    // A few float roundings of each output's scale (measured: 1.55e-7 at most).
     auto expectNear = [&](const std::vector<float> &got, const std::vector<double> &want,
                           const char *what) {
       double scale = 0, worst = 0;
@@ -286,6 +294,9 @@ TEST(KernelsFastTest, FloatLayerNormAgreesWithDoubleFarFromZero) {
     expectNear(dxF, dx, "dx");
     expectNear(dwF, dw, "dweight");
     expectNear(dbF, db, "dbias");
+    expectNear(rmsYF, rmsY, "rmsnorm y");
+    expectNear(rmsDxF, rmsDx, "rmsnorm dx");
+    expectNear(rmsDwF, rmsDw, "rmsnorm dweight");
   }
 }
 
