@@ -1,8 +1,8 @@
 //===- Optimizer.cpp - AdamW, SGD and the pieces of gradient clipping -----===//
 //
-// AdamW's arithmetic is T's; SGD's runs in double whatever T is. Each kernel is one vectorised pass over
-// its buffers on the kernel threads; the squared sum adds fixed-size blocks in order, the same
-// bits for any number of threads.
+// AdamW's arithmetic is T's; SGD's runs in double whatever T is. Each kernel is one
+// vectorised pass over its buffers on the kernel threads; the squared sum adds fixed-size
+// blocks in order, the same bits for any number of threads.
 //
 //===----------------------------------------------------------------------===//
 

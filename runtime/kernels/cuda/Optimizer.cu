@@ -45,10 +45,10 @@ template <typename T>
 void adamwStep(T *param, const T *grad, T *m, T *v, int64_t n, const AdamWConfig &config,
                cudaStream_t stream) {
   // p -= lr wd p; m, v moving moments; p -= lr mhat / (sqrt(vhat) + eps)
-  // The factors of AdamWConfig, as the CPU's kernel applies them, in double (the CPU's fp32
-  // step runs in float, its square roots and divisions being its bound; here memory is). nvcc
-  // contracts multiply-adds (the moments', sqrt(v) * c + eps) where the CPU rounds each
-  // operation, so the two agree to rounding, not bit for bit.
+  // The factors of AdamWConfig, as the CPU's kernel applies them, here in double (the CPU's
+  // fp32 step runs in float; this kernel has not been timed on a GPU). nvcc contracts
+  // multiply-adds (the moments', sqrt(v) * c + eps) where the CPU rounds each operation, so
+  // the two agree to rounding, not bit for bit.
   double stepSize = config.stepSize(), rootCorrection2 = config.rootCorrection2();
   double beta1 = config.beta1, beta2 = config.beta2, eps = config.eps;
   double decay = config.decayFactor(), gradScale = config.gradScale;
