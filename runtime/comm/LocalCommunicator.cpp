@@ -150,22 +150,25 @@ private:
 
     Lock lock(state.mutex);
     checkNotFailedLocked(what);
-    auto [it, inserted] = state.slots.try_emplace(key);
-    Slot &slot = it->second;
-    if (inserted) {
-      slot.signature = signature;
-      slot.firstRank = myRank;
-      slot.inputs.resize(members);
-      slot.buffers.resize(members);
-      slot.strings.resize(members);
-      slot.counts.resize(members);
-      slot.present.assign(members, false);
-    } else if (!(slot.signature == signature)) {
+    auto it = state.slots.find(key);
+    if (it == state.slots.end()) {
+      if (state.spareSlots.empty()) {
+        it = state.slots.try_emplace(key).first;
+      } else {
+        LocalWorld::State::Slots::node_type node = std::move(state.spareSlots.back());
+        state.spareSlots.pop_back();
+        node.key() = key;
+        it = state.slots.insert(std::move(node)).position;
+      }
+      it->second.reset(signature, myRank, members);
+    } else if (!(it->second.signature == signature)) {
+      Slot &slot = it->second;
       failLocked("mismatched collectives over group " + formatGroup(group.ranks) + ": rank " +
                  std::to_string(slot.firstRank) + " called " + slot.signature.str() + ", rank " +
                  std::to_string(myRank) + " called " + signature.str() + " (collective " +
                  std::to_string(key.second) + " of this group)");
     }
+    Slot &slot = it->second;
     slot.inputs[group.position] = std::move(copy);
     slot.buffers[group.position] = inPlace ? const_cast<void *>(input) : nullptr;
     slot.strings[group.position] = text.str();
@@ -234,8 +237,11 @@ private:
   void depart(const std::pair<std::vector<int64_t>, uint64_t> &key, size_t members) {
     Lock lock(state.mutex);
     auto it = state.slots.find(key);
-    if (++it->second.departures == members)
-      state.slots.erase(it);
+    if (++it->second.departures < members)
+      return;
+    LocalWorld::State::Slots::node_type node = state.slots.extract(it);
+    if (state.spareSlots.size() < LocalWorld::State::kSpareSlots)
+      state.spareSlots.push_back(std::move(node));
   }
 
   /// An all_reduce sums its members' buffers in place, so they must be distinct memory.

@@ -25,6 +25,7 @@
 #include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -120,18 +121,20 @@ public:
   Tensor<T> *value(llvm::StringRef name) { return valueAt(names->slot(name)); }
   Tensor<int64_t> *ids(llvm::StringRef name) {
     Entry *entry = find(names->slot(name), Kind::Ids);
-    return entry ? &entry->ids : nullptr;
+    return entry ? &entry->host->ids : nullptr;
   }
   RowCounts *counts(llvm::StringRef name) {
     Entry *entry = find(names->slot(name), Kind::Counts);
-    return entry ? &entry->counts : nullptr;
+    return entry ? &entry->host->counts : nullptr;
   }
   /// What `name` holds from now on, empty if it held nothing of that kind; the name must be
   /// one of the chunk's (std::runtime_error otherwise).
   Tensor<T> &setValue(llvm::StringRef name) { return set(name, names->slot(name), Kind::Value).value; }
-  Tensor<int64_t> &setIds(llvm::StringRef name) { return set(name, names->slot(name), Kind::Ids).ids; }
+  Tensor<int64_t> &setIds(llvm::StringRef name) {
+    return set(name, names->slot(name), Kind::Ids).host->ids;
+  }
   RowCounts &setCounts(llvm::StringRef name) {
-    return set(name, names->slot(name), Kind::Counts).counts;
+    return set(name, names->slot(name), Kind::Counts).host->counts;
   }
   bool has(llvm::StringRef name) const { return hasAt(names->slot(name)); }
   void erase(llvm::StringRef name) { eraseAt(names->slot(name)); }
@@ -155,11 +158,17 @@ public:
 
 private:
   enum class Kind : uint8_t { None, Value, Ids, Counts };
+  /// What only a chunk's batch and expert exchanges hold: out of line, so that the entries
+  /// every op reads stay a third of the size (an environment of eight ranks is read cold
+  /// after each switch of rank).
+  struct HostEntry {
+    Tensor<int64_t> ids;
+    RowCounts counts;
+  };
   struct Entry {
     Kind kind = Kind::None;
     Tensor<T> value;
-    Tensor<int64_t> ids;
-    RowCounts counts;
+    std::unique_ptr<HostEntry> host; // kept once made: a spare environment reuses it
   };
   /// The entry in `slot` when it holds `kind`, else null.
   Entry *find(int slot, Kind kind) {
@@ -174,15 +183,26 @@ private:
     if (entry.kind != kind) {
       reset(entry);
       entry.kind = kind;
+      if (kind != Kind::Value && !entry.host)
+        entry.host = std::make_unique<HostEntry>();
     }
     return entry;
   }
+  /// Frees what the entry holds; only its kind's member holds anything.
   static void reset(Entry &entry) {
-    if (entry.kind == Kind::None)
+    switch (entry.kind) {
+    case Kind::None:
       return;
-    entry.value = Tensor<T>();
-    entry.ids = Tensor<int64_t>();
-    entry.counts = RowCounts();
+    case Kind::Value:
+      entry.value = Tensor<T>();
+      break;
+    case Kind::Ids:
+      entry.host->ids = Tensor<int64_t>();
+      break;
+    case Kind::Counts:
+      entry.host->counts = RowCounts();
+      break;
+    }
     entry.kind = Kind::None;
   }
 
