@@ -81,15 +81,20 @@ GradSyncOverlap<D>::GradSyncOverlap(const plan::RankPlan &plan, ParamStore<D> &p
       }
       sync.finalAt.push_back(final);
     }
-    if (adjacent && sync.flat)
+    if (adjacent && sync.flat) {
+      sync.finalOrder = sync.finalAt;
+      llvm::sort(sync.finalOrder);
       syncs.push_back(std::move(sync));
+    }
   }
   beginStep();
 }
 
 template <typename D> void GradSyncOverlap<D>::beginStep() {
-  for (Sync &sync : syncs)
+  for (Sync &sync : syncs) {
     sync.launched.assign(sync.finalAt.size(), false);
+    sync.finalSeen = 0;
+  }
   earlyLaunches = 0;
 }
 
@@ -123,9 +128,20 @@ void GradSyncOverlap<D>::launchRuns(Communicator &comm, Sync &sync, Point now, i
 
 template <typename D>
 void GradSyncOverlap<D>::afterBackwardOp(Communicator &comm, size_t instr, size_t op) {
-  for (Sync &sync : syncs)
-    if (sync.instr > instr)
-      launchRuns(comm, sync, {instr, op}, bucketBytes, /*overlapped=*/true);
+  Point now{instr, op};
+  for (Sync &sync : syncs) {
+    if (sync.instr <= instr)
+      continue;
+    // The backward points come in schedule order: with no gradient final since the last
+    // look, the runs are those that look left short of a bucket, and nothing is to launch.
+    size_t seen = sync.finalSeen;
+    while (seen < sync.finalOrder.size() && sync.finalOrder[seen] <= now)
+      ++seen;
+    if (seen == sync.finalSeen)
+      continue;
+    sync.finalSeen = seen;
+    launchRuns(comm, sync, now, bucketBytes, /*overlapped=*/true);
+  }
 }
 
 template <typename D> bool GradSyncOverlap<D>::finishSync(Communicator &comm, size_t instr) {

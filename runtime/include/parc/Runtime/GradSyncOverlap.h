@@ -62,6 +62,8 @@ private:
     std::vector<int64_t> offsets;      // of each member in `flat`, and the total last
     std::vector<Point> finalAt;        // per member; the sync's own point when never early
     std::vector<char> launched;        // per member, this step
+    std::vector<Point> finalOrder;     // finalAt, sorted
+    size_t finalSeen = 0; // of finalOrder, the points at or before the last look this step
   };
 
   /// All-reduces the runs of adjacent members that are final at `now` and not yet launched:
