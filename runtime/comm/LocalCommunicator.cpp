@@ -240,7 +240,8 @@ private:
     if (++it->second.departures < members)
       return;
     LocalWorld::State::Slots::node_type node = state.slots.extract(it);
-    if (state.spareSlots.size() < LocalWorld::State::kSpareSlots)
+    if (state.spareSlots.size() < LocalWorld::State::kSpareSlots &&
+        node.mapped().heldBytes() <= LocalWorld::State::kSpareSlotBytes)
       state.spareSlots.push_back(std::move(node));
   }
 

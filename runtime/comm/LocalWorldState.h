@@ -108,6 +108,13 @@ struct Slot {
     folding = complete = false;
     result.clear();
   }
+  /// The bytes its copied inputs and result keep allocated.
+  size_t heldBytes() const {
+    size_t bytes = result.capacity();
+    for (const std::vector<char> &input : inputs)
+      bytes += input.capacity();
+    return bytes;
+  }
 };
 
 struct Message {
@@ -251,6 +258,8 @@ struct LocalWorld::State {
   /// step meets some 300 times (tiny.par at tp 2 pp 2 dp 2), each a node and six vectors.
   std::vector<Slots::node_type> spareSlots;
   static constexpr size_t kSpareSlots = 16;
+  /// A slot that held more (a ZeRO-3 gather's parameters) is freed, not kept for the next.
+  static constexpr size_t kSpareSlotBytes = size_t(1) << 20;
   std::vector<std::unique_ptr<Communicator>> communicators;
 };
 
