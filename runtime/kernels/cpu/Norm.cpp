@@ -20,6 +20,7 @@
 #include <array>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 
 namespace parc::runtime::cpu {
 
@@ -63,17 +64,23 @@ statsAbout(const T *x, int64_t dim, const std::array<double, R> &mean, double ep
   return stats;
 }
 
-// 1 / sqrt(mean(x^2) + eps) of R rows
+// 1 / sqrt(mean(x^2) + eps) of R rows, and the row sums (rowSums) of x^2 and of `more`
+// terms beside it, in the same pass.
+template <int64_t R, typename T, typename... More>
+[[gnu::always_inline]] inline auto rmsNormSums(const T *x, int64_t dim, double eps,
+                                               const More &...more) {
+  auto sums = rowSums<R>(
+      dim, [&](int64_t r, int64_t i) { return double(x[r * dim + i]) * x[r * dim + i]; },
+      more...);
+  std::array<double, R> rrms;
+  for (int64_t r = 0; r < R; ++r)
+    rrms[r] = 1.0 / std::sqrt(sums[r][0] / dim + eps);
+  return std::pair{rrms, sums};
+}
 template <int64_t R, typename T>
 [[gnu::always_inline]] inline std::array<double, R> rmsNormRrms(const T *x, int64_t dim,
                                                                 double eps) {
-  auto sumSq = rowSums<R>(dim, [&](int64_t r, int64_t i) {
-    return double(x[r * dim + i]) * x[r * dim + i];
-  });
-  std::array<double, R> rrms;
-  for (int64_t r = 0; r < R; ++r)
-    rrms[r] = 1.0 / std::sqrt(sumSq[r][0] / dim + eps);
-  return rrms;
+  return rmsNormSums<R>(x, dim, eps).first;
 }
 
 // A float row's sums in one pass, of d = x - x[0] and d^2 in double (d is exact there), and
@@ -253,13 +260,11 @@ template <typename T>
     std::array<double, R> rrms, gxhatSum;
     if constexpr (std::is_same_v<T, float>) {
       // One pass: sum(g xhat) = rrms sum(g x), beside the sum of squares.
-      auto sums = rowSums<R>(
-          dim, [&](int64_t r, int64_t i) { return double(xr[r * dim + i]) * xr[r * dim + i]; },
-          [&](int64_t r, int64_t i) { return g(r, i) * xr[r * dim + i]; });
-      for (int64_t r = 0; r < R; ++r) {
-        rrms[r] = 1.0 / std::sqrt(sums[r][0] / dim + eps);
+      auto [rowRrms, sums] = rmsNormSums<R>(
+          xr, dim, eps, [&](int64_t r, int64_t i) { return g(r, i) * xr[r * dim + i]; });
+      rrms = rowRrms;
+      for (int64_t r = 0; r < R; ++r)
         gxhatSum[r] = rrms[r] * sums[r][1];
-      }
     } else {
       rrms = rmsNormRrms<R>(xr, dim, eps);
       auto gxhat = rowSums<R>(
