@@ -161,14 +161,13 @@ private:
         it = state.slots.insert(std::move(node)).position;
       }
       it->second.reset(signature, myRank, members);
-    } else if (!(it->second.signature == signature)) {
-      Slot &slot = it->second;
+    }
+    Slot &slot = it->second;
+    if (!(slot.signature == signature))
       failLocked("mismatched collectives over group " + formatGroup(group.ranks) + ": rank " +
                  std::to_string(slot.firstRank) + " called " + slot.signature.str() + ", rank " +
                  std::to_string(myRank) + " called " + signature.str() + " (collective " +
                  std::to_string(key.second) + " of this group)");
-    }
-    Slot &slot = it->second;
     slot.inputs[group.position] = std::move(copy);
     slot.buffers[group.position] = inPlace ? const_cast<void *>(input) : nullptr;
     slot.strings[group.position] = text.str();

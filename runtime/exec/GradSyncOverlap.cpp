@@ -132,8 +132,8 @@ void GradSyncOverlap<D>::afterBackwardOp(Communicator &comm, size_t instr, size_
   for (Sync &sync : syncs) {
     if (sync.instr <= instr)
       continue;
-    // The backward points come in schedule order: with no gradient final since the last
-    // look, the runs are those that look left short of a bucket, and nothing is to launch.
+    // With no gradient final since the last look, no more are ready than then, and that
+    // look launched every run of them that filled a bucket: there is nothing to launch.
     size_t seen = sync.finalSeen;
     while (seen < sync.finalOrder.size() && sync.finalOrder[seen] <= now)
       ++seen;
