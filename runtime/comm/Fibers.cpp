@@ -22,6 +22,8 @@
 
 #include "Fibers.h"
 
+#include "BriefLock.h"
+
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -187,7 +189,7 @@ struct Scheduler {
 
   void work(int64_t thread) {
     ucontext_t here;
-    std::unique_lock<std::mutex> lock(mutex);
+    std::unique_lock<std::mutex> lock = lockedBriefly(mutex);
     while (Fiber *fiber = next(lock, thread)) {
       fiber->status = Status::Running;
       fiber->home = &here;
@@ -202,7 +204,7 @@ struct Scheduler {
       setRunningFiber(nullptr);
       if (std::mutex *held = std::exchange(fiber->release, nullptr))
         held->unlock();
-      lock.lock();
+      lockBriefly(lock);
       if (fiber->finished) {
         fiber->status = Status::Done;
         if (--unfinished == 0)
@@ -265,12 +267,12 @@ void park(std::unique_lock<std::mutex> &lock, Clock::time_point until) {
   leavingFor(&self->fakeStack, self->homeBottom, self->homeSize);
   swapcontext(&self->context, self->home);
   arrived(self->fakeStack, &self->homeBottom, &self->homeSize);
-  lock = std::unique_lock<std::mutex>(*mutex);
+  lock = lockedBriefly(*mutex);
 }
 
 void wakeFiber(Fiber *fiber) {
   Scheduler &scheduler = *fiber->scheduler;
-  std::lock_guard<std::mutex> lock(scheduler.mutex);
+  std::unique_lock<std::mutex> lock = lockedBriefly(scheduler.mutex);
   if (fiber->status == Status::Parked)
     scheduler.makeReady(fiber);
   else

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BriefLock.h"
 #include "LocalWorldState.h"
 
 #include "llvm/ADT/STLExtras.h"
@@ -52,7 +53,7 @@ public:
   }
 
   std::string jobFailure() const override {
-    Lock lock(state.mutex);
+    Lock lock = comm::lockedBriefly(state.mutex);
     return state.failure;
   }
 
@@ -60,7 +61,7 @@ private:
   using Lock = std::unique_lock<std::mutex>;
 
   [[noreturn]] void fail(const std::string &message) override {
-    Lock lock(state.mutex);
+    Lock lock = comm::lockedBriefly(state.mutex);
     failLocked(message);
   }
   [[noreturn]] void failLocked(const std::string &message) {
@@ -68,9 +69,10 @@ private:
     throw CommError(message);
   }
   void checkNotFailed(llvm::function_ref<std::string()> what) override {
-    Lock lock(state.mutex);
-    if (!state.failure.empty())
-      checkNotFailedLocked(what);
+    if (!state.failed.load(std::memory_order_acquire))
+      return;
+    Lock lock = comm::lockedBriefly(state.mutex);
+    checkNotFailedLocked(what);
   }
   /// `what` names the call in an error; it is built only then, not on every call.
   void checkNotFailedLocked(llvm::function_ref<std::string()> what) {
@@ -148,7 +150,7 @@ private:
       copy.assign(bytes, bytes + inputBytes);
     size_t members = group.ranks.size();
 
-    Lock lock(state.mutex);
+    Lock lock = comm::lockedBriefly(state.mutex);
     checkNotFailedLocked(what);
     auto it = state.slots.find(key);
     if (it == state.slots.end()) {
@@ -195,7 +197,7 @@ private:
     lock.unlock();
     auto endFold = llvm::make_scope_exit([&] {
       if (!lock.owns_lock())
-        lock.lock();
+        comm::lockBriefly(lock);
       slot.folding = false;
       for (int64_t member : group.ranks)
         state.wakeRank(member);
@@ -204,10 +206,10 @@ private:
       fold(slot, group);
     } catch (const CommError &error) {
       // The others wait for this fold without a deadline (it is work, not a stall).
-      lock.lock();
+      comm::lockBriefly(lock);
       failLocked(describe(spelling(signature.kind), group.ranks) + ": " + error.what());
     }
-    lock.lock();
+    comm::lockBriefly(lock);
     slot.complete = true;
     return slot;
   }
@@ -234,7 +236,7 @@ private:
   }
 
   void depart(const std::pair<std::vector<int64_t>, uint64_t> &key, size_t members) {
-    Lock lock(state.mutex);
+    Lock lock = comm::lockedBriefly(state.mutex);
     auto it = state.slots.find(key);
     if (++it->second.departures < members)
       return;
@@ -380,7 +382,7 @@ private:
       copy.assign(bytes, bytes + transfer.count * sizeOf(transfer.type));
       outgoing.push_back({transfer.type, transfer.count, std::move(copy)});
     }
-    Lock lock(state.mutex);
+    Lock lock = comm::lockedBriefly(state.mutex);
     if (!state.failure.empty())
       checkNotFailedLocked([&] { return describe(transfers); });
     size_t next = 0;
@@ -423,7 +425,7 @@ private:
         std::memcpy(transfer.data, message.bytes.data(), message.bytes.size());
       if (spareBytes.size() < kSpareMessages)
         spareBytes.push_back(std::move(message.bytes));
-      lock.lock();
+      comm::lockBriefly(lock);
     }
   }
 

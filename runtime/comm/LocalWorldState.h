@@ -15,6 +15,7 @@
 #include "llvm/ADT/STLExtras.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -171,6 +172,7 @@ struct LocalWorld::State {
   void recordFailure(const std::string &message) {
     if (failure.empty())
       failure = message;
+    failed.store(true, std::memory_order_release);
     wakeEveryone();
   }
 
@@ -246,6 +248,8 @@ struct LocalWorld::State {
   mutable std::mutex mutex;
   std::vector<local::RankWake> wake; // by rank
   std::string failure;
+  /// Set with `failure`, so that a rank checks for one before each call without the mutex.
+  std::atomic<bool> failed{false};
   std::map<int64_t, BlockedWait> blocked;
   /// The rank told to report its wait as the job's timeout, for a stall that another rank's
   /// deadline found, and that rank's timeout.
