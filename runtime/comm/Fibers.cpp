@@ -1,8 +1,9 @@
 //===- Fibers.cpp - ucontext fibers on a few threads ----------------------===//
 //
 // One scheduler mutex guards which fibers are ready, parked or done; a thread that finds none
-// ready sleeps until one is woken or a parked fiber's deadline passes, so a deadline ends a
-// park as it would end a condition variable's wait. Thread-local state is read only before a
+// ready watches for one without the lock for up to kWatchBeforeSleep, then sleeps until one is
+// woken or a parked fiber's deadline passes, so a deadline ends a park as it would end a
+// condition variable's wait. Thread-local state is read only before a
 // fiber first switches (a compiler may keep a thread-local's address across a call, and the
 // fiber may come back on another thread): a fiber finds its way home through its own record.
 //
