@@ -11,8 +11,11 @@
 # model, batch and optimizer read from parc's plan for the same .par) from a virtual
 # environment with torch from PyPI, created on first use. Each run of each side
 # gives the median tokens/s of its steps 2..N; the sides alternate run by run (parrun, torch,
-# parrun, ...) so that the load of a shared machine falls on both, and the table shows the
-# median of the runs and their spread (min-max).
+# parrun, ...; the 8-rank run right after its 1-rank one) so that the load of a shared machine
+# falls on both, and the table shows the median of each side's runs and their spread
+# (min-max). A row's ratio is the median of its runs' ratios, each run's two sides one after
+# the other: the machine's speed drifts over minutes (a VM's vCPUs move), and a ratio of
+# medians taken at different times carries that drift, where a ratio of neighbours cancels it.
 #
 # Usage: bench/vs-pytorch.sh [--bin DIR] [--steps N] [--runs R] [--threads T] [--venv DIR]
 #                            [--only tiny|gemm|ranks|par] [--par FILE]... [--keep DIR]
@@ -145,8 +148,10 @@ train {
 }
 PAR
 
-median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2];
-                                               else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { # [FORMAT of an even count's mean of the middle two, default %.0f]
+  sort -n | awk -v f="${1:-%.0f}" '{ v[NR] = $1 } END { if (NR == 0) print "n/a"; else if (NR % 2) print v[(NR + 1) / 2];
+                                                    else printf f "\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
 parrun_tokens() { # LOG -> median tokens/s over steps 2..N
   awk '/^step [0-9]+ loss/ && $2 > 1 { print $NF }' "$1" | median
 }
@@ -224,33 +229,53 @@ declare -A results
 # A cache line's round trip between two cores before each run: on a VM it shows whether the
 # hypervisor has placed the two vCPUs apart, which slows every 2-thread side (docs/runtime.md).
 latencies=()
-probe_cores() {
+core_ns() { # -> the round trip in ns, or nothing without the probe
   [[ -x $bin/parc_cpu_core_latency ]] || return 0
+  "$bin/parc_cpu_core_latency" 2> /dev/null | awk '{ print $1 }' || true
+}
+probe_cores() {
   local ns
-  ns=$("$bin/parc_cpu_core_latency" 2> /dev/null | awk '{ print $1 }') && [[ -n $ns ]] && latencies+=("$ns")
-  return 0
+  ns=$(core_ns)
+  if [[ -n $ns ]]; then latencies+=("$ns"); fi
+}
+# A row's run: both sides' figures, one after the other, and their ratio (none where a side
+# gave no figure, as --cpu-seconds may).
+record() { # ROW PARRUN REFERENCE; sets last_ratio
+  last_ratio=$(awk -v a="$2" -v b="$3" 'BEGIN { if (a > 0 && b > 0) printf "%.4f", a / b }')
+  results[$1.parrun]+="$2 "
+  results[$1.reference]+="$3 "
+  results[$1.ratios]+="$last_ratio "
 }
 for ((run = 1; run <= runs; ++run)); do
   probe_cores
+  tiny_one=""
   if [[ -z $only || $only == tiny || $only == ranks ]]; then
-    results[tiny.parrun]+="$(run_parrun tiny "$run") "
-  fi
-  if [[ -z $only || $only == tiny ]]; then
-    results[tiny.torch]+="$(run_torch tiny "$run") "
+    tiny_one=$(run_parrun tiny "$run")
   fi
   if [[ $cpu_seconds == 0 && ( -z $only || $only == ranks ) ]]; then
     # Eight rank threads on this machine's cores: parrun sizes the kernel threads itself.
     "$bin/parrun" "$work/tiny-8rank" --steps "$steps" > "$work/tiny-8rank.parrun.$run.log"
-    results[ranks.parrun]+="$(parrun_tokens "$work/tiny-8rank.parrun.$run.log") "
+    record ranks "$(parrun_tokens "$work/tiny-8rank.parrun.$run.log")" "$tiny_one"
+    # The pair's ratio again by where the vCPUs were before and after it: a pair with them
+    # apart favours the 8 ranks (the 2-thread side slows, the fibers hardly).
+    before=${latencies[-1]:-} after=$(core_ns)
+    if [[ -n $before && -n $after ]]; then
+      placed=apart
+      if [[ $before -le 200 && $after -le 200 ]]; then placed=near; fi
+      results[ranks.$placed]+="$last_ratio "
+    fi
+  fi
+  if [[ -z $only || $only == tiny ]]; then
+    record tiny "$tiny_one" "$(run_torch tiny "$run")"
   fi
   if [[ -z $only || $only == gemm ]]; then
-    results[gemm.parrun]+="$(run_parrun gemm "$run") "
-    results[gemm.torch]+="$(run_torch gemm "$run") "
+    gemm_parrun=$(run_parrun gemm "$run")
+    record gemm "$gemm_parrun" "$(run_torch gemm "$run")"
   fi
   for ((i = 0; i < ${#pars[@]}; ++i)); do
     row_on par || break
-    results[par$i.parrun]+="$(run_parrun "par$i" "$run") "
-    results[par$i.torch]+="$(run_torch "par$i" "$run") "
+    par_parrun=$(run_parrun "par$i" "$run")
+    record "par$i" "$par_parrun" "$(run_torch "par$i" "$run")"
   done
 done
 
@@ -262,35 +287,34 @@ summary() { # "v1 v2 ..." -> "median (min-max)"
   hi=$(printf '%s\n' "${values[@]}" | sort -n | tail -1)
   echo "$med ($lo-$hi)"
 }
-med() { printf '%s\n' $1 | median; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "n/a" }'; }
+ratio() { # "r1 r2 ..." -> their median, "1.02x"
+  printf '%s\n' $1 | awk 'NF' | median %.4f | awk '{ if ($1 == "n/a") print; else printf "%.2fx\n", $1 }'
+}
 
 unit=tokens/s
 [[ $cpu_seconds == 1 ]] && unit=tokens/CPU-s
 printf '%-44s %22s %22s %7s\n' "model" "parrun $unit" "reference $unit" "ratio"
-if [[ -n ${results[tiny.torch]:-} ]]; then
-  printf '%-44s %22s %22s %7s\n' "tiny.par, 1 rank, $threads threads vs PyTorch" \
-    "$(summary "${results[tiny.parrun]}")" "$(summary "${results[tiny.torch]}")" \
-    "$(ratio "$(med "${results[tiny.parrun]}")" "$(med "${results[tiny.torch]}")")"
-fi
-if [[ -n ${results[gemm.torch]:-} ]]; then
-  printf '%-44s %22s %22s %7s\n' "gemm (h512 x6, seq 256, mb 8) vs PyTorch" \
-    "$(summary "${results[gemm.parrun]}")" "$(summary "${results[gemm.torch]}")" \
-    "$(ratio "$(med "${results[gemm.parrun]}")" "$(med "${results[gemm.torch]}")")"
-fi
+row() { # ROW LABEL
+  [[ -n ${results[$1.parrun]:-} ]] || return 0
+  printf '%-44s %22s %22s %7s\n' "$2" "$(summary "${results[$1.parrun]}")" \
+    "$(summary "${results[$1.reference]}")" "$(ratio "${results[$1.ratios]}")"
+}
+row tiny "tiny.par, 1 rank, $threads threads vs PyTorch"
+row gemm "gemm (h512 x6, seq 256, mb 8) vs PyTorch"
 for ((i = 0; i < ${#pars[@]}; ++i)); do
   row_on par || break
-  printf '%-44s %22s %22s %7s\n' "$(basename "${pars[$i]}"), 1 rank, $threads threads vs PyTorch" \
-    "$(summary "${results[par$i.parrun]}")" "$(summary "${results[par$i.torch]}")" \
-    "$(ratio "$(med "${results[par$i.parrun]}")" "$(med "${results[par$i.torch]}")")"
+  row "par$i" "$(basename "${pars[$i]}"), 1 rank, $threads threads vs PyTorch"
 done
-if [[ -n ${results[ranks.parrun]:-} ]]; then
-  printf '%-44s %22s %22s %7s\n' "tiny.par, 8 ranks vs 1 rank (parrun)" \
-    "$(summary "${results[ranks.parrun]}")" "$(summary "${results[tiny.parrun]}")" \
-    "$(ratio "$(med "${results[ranks.parrun]}")" "$(med "${results[tiny.parrun]}")")"
+row ranks "tiny.par, 8 ranks vs 1 rank (parrun)"
+if [[ -n ${results[ranks.near]:-}${results[ranks.apart]:-} ]]; then
+  count() { printf '%s\n' $1 | awk 'NF' | wc -l; }
+  echo "8 ranks vs 1 rank, the runs' ratios by the vCPUs before and after the pair:" \
+    "near $(ratio "${results[ranks.near]:-}") (n = $(count "${results[ranks.near]:-}"))," \
+    "apart $(ratio "${results[ranks.apart]:-}") (n = $(count "${results[ranks.apart]:-}"))"
 fi
 how="each the median of steps 2..$steps"
 [[ $cpu_seconds == 1 ]] && how="each steps 3..$steps over their CPU seconds"
+how+="; ratio: the median of the runs' ratios"
 # The GEMM rate parrun reaches depends on the OpenBLAS kernels it runs (docs/runtime.md).
 blas=$("$bin/parrun" --version 2>/dev/null | sed -n "s/.*OpenBLAS's \([A-Za-z0-9]*\) kernels.*/\1/p")
 if [[ ${#latencies[@]} -gt 0 ]]; then
