@@ -3,9 +3,10 @@
 // All ranks share one State (LocalWorldState.h) under one mutex; they are threads, or fibers
 // (Fibers.h) when there are more of them than threads to run them. A collective meets in a slot
 // keyed by its group and the group's sequence number on the caller; the last member to arrive
-// folds it in list order, so every member reads the same bytes: an all_reduce in the members' own
-// buffers (they wait in the call until it is done), the others from copied inputs, whose result
-// each member then copies out. Sends copy into a mailbox and return; receives wait on their
+// folds it in list order, so every member reads the same bytes. An all_reduce, a reduce_scatter
+// and an all_gather read the members' inputs and write their outputs where they lie (the members
+// wait in the call until it is done); the others fold copied inputs, whose result each member
+// then copies out. Sends copy into a mailbox and return; receives wait on their
 // mailbox. The first failure (a timeout, an abort, a rank whose body threw) is recorded in the
 // State and every wait checks for it, so no rank waits on one that will never come.
 //
@@ -128,11 +129,11 @@ private:
   }
 
   /// Contributes `input` (or `text`, for agree) to the group's next collective and returns the
-  /// completed slot; the caller copies its result out (an all_reduce has none: it is summed in
-  /// the members' buffers) and then calls depart().
+  /// completed slot; the caller copies its result out (the in-place kinds have none: the fold
+  /// wrote each member's `output`, an all_reduce's being its input) and then calls depart().
   Slot &meet(GroupCall group, const Signature &signature, const void *input, size_t inputBytes,
              StringRef text, std::pair<std::vector<int64_t>, uint64_t> &key,
-             ArrayRef<size_t> counts = {}) {
+             ArrayRef<size_t> counts = {}, void *output = nullptr) {
     key.first.assign(group.ranks.begin(), group.ranks.end());
     key.second = nextSequence[key.first]++;
     auto what = [&] {
@@ -140,10 +141,12 @@ private:
                       signature.kind == CollectiveKind::Agree ? Group() : group.ranks);
     };
     Clock::time_point deadline = deadlineAfter(timeoutSeconds());
-    // An all_reduce reads and writes its members' buffers in place: each member is blocked
-    // in this call until the fold is complete, so they stay valid. Any other collective's
-    // input is copied, as its caller may reuse it before the others have read it.
-    bool inPlace = signature.kind == CollectiveKind::AllReduce;
+    // The in-place kinds read and write their members' buffers where they lie: each member is
+    // blocked in this call until the fold is complete, so they stay valid. Any other
+    // collective's input is copied, as its caller may reuse it before the others have read it.
+    bool inPlace = signature.kind == CollectiveKind::AllReduce ||
+                   signature.kind == CollectiveKind::ReduceScatter ||
+                   signature.kind == CollectiveKind::AllGather;
     const char *bytes = static_cast<const char *>(input);
     std::vector<char> copy;
     if (!inPlace)
@@ -172,6 +175,7 @@ private:
                  std::to_string(key.second) + " of this group)");
     slot.inputs[group.position] = std::move(copy);
     slot.buffers[group.position] = inPlace ? const_cast<void *>(input) : nullptr;
+    slot.outputs[group.position] = output;
     slot.strings[group.position] = text.str();
     slot.counts[group.position].assign(counts.begin(), counts.end());
     slot.present[group.position] = true;
@@ -257,28 +261,89 @@ private:
       }
   }
 
+  /// A reduce_scatter's or all_gather's members' inputs and outputs, which must not overlap but
+  /// where a member's input is its own part of its output, or its output its own part of its
+  /// input (Communicator.h): `whole` bytes of the larger, `part` of the smaller.
+  static void checkInPlace(const Slot &slot, GroupCall group, size_t part, size_t whole) {
+    bool gathers = slot.signature.kind == CollectiveKind::AllGather;
+    struct Region {
+      const char *begin;
+      size_t bytes;
+      size_t member;
+    };
+    std::vector<Region> regions;
+    for (size_t m = 0; m < group.ranks.size(); ++m) {
+      auto *in = static_cast<const char *>(slot.buffers[m]);
+      auto *out = static_cast<const char *>(slot.outputs[m]);
+      const char *large = gathers ? out : in, *small = gathers ? in : out;
+      regions.push_back({large, whole, m});
+      if (small != large + m * part)
+        regions.push_back({small, part, m});
+    }
+    for (size_t i = 0; i < regions.size(); ++i)
+      for (size_t j = i + 1; j < regions.size(); ++j) {
+        const Region &a = regions[i], &b = regions[j];
+        if (a.begin < b.begin + b.bytes && b.begin < a.begin + a.bytes)
+          throw CommError(a.member == b.member
+                              ? "rank " + std::to_string(group.ranks[a.member]) +
+                                    " passed an input and output that overlap other than at "
+                                    "its own part"
+                              : "ranks " + std::to_string(group.ranks[a.member]) + " and " +
+                                    std::to_string(group.ranks[b.member]) +
+                                    " passed overlapping buffers");
+      }
+  }
+
+  /// Member m's output: part m of every input, combined in member order (the same bits on
+  /// every member), a block at a time through a buffer, so that an output that is its own
+  /// part of its input is read before it is written.
+  static void reduceScatterInPlace(const Slot &slot, size_t members) {
+    const Signature &signature = slot.signature;
+    size_t size = sizeOf(signature.type);
+    constexpr size_t kBlockBytes = 4096;
+    alignas(64) char block[kBlockBytes];
+    size_t perBlock = kBlockBytes / size;
+    for (size_t m = 0; m < members; ++m)
+      for (size_t at = 0; at < signature.count; at += perBlock) {
+        size_t count = std::min(perBlock, signature.count - at);
+        size_t offset = (m * signature.count + at) * size;
+        std::memcpy(block, static_cast<const char *>(slot.buffers[0]) + offset, count * size);
+        for (size_t i = 1; i < members; ++i)
+          accumulate(signature.op, signature.type, block,
+                     static_cast<const char *>(slot.buffers[i]) + offset, count);
+        std::memcpy(static_cast<char *>(slot.outputs[m]) + at * size, block, count * size);
+      }
+  }
+
   static void fold(Slot &slot, GroupCall group) {
     const Signature &signature = slot.signature;
     size_t members = group.ranks.size();
+    size_t part = signature.count * sizeOf(signature.type);
     switch (signature.kind) {
     case CollectiveKind::AllReduce: {
-      size_t bytes = signature.count * sizeOf(signature.type);
-      if (bytes == 0)
+      if (part == 0)
         return;
-      checkDisjoint(slot.buffers, bytes, group);
+      checkDisjoint(slot.buffers, part, group);
       // Added in member order: the same bits on every member.
       reduceAll(signature.op, signature.type, slot.buffers, signature.count);
       return;
     }
     case CollectiveKind::ReduceScatter:
-      slot.result = slot.inputs[0];
-      for (size_t i = 1; i < members; ++i)
-        accumulate(signature.op, signature.type, slot.result.data(), slot.inputs[i].data(),
-                   signature.count * members);
+      if (part == 0)
+        return;
+      checkInPlace(slot, group, part, part * members);
+      reduceScatterInPlace(slot, members);
       return;
     case CollectiveKind::AllGather:
-      for (const std::vector<char> &input : slot.inputs)
-        slot.result.insert(slot.result.end(), input.begin(), input.end());
+      if (part == 0)
+        return;
+      checkInPlace(slot, group, part, part * members);
+      for (size_t m = 0; m < members; ++m)
+        for (size_t i = 0; i < members; ++i) {
+          char *to = static_cast<char *>(slot.outputs[m]) + i * part;
+          if (to != slot.buffers[i])
+            std::memcpy(to, slot.buffers[i], part);
+        }
       return;
     case CollectiveKind::AllToAll: // each member reads its parts out of the inputs
     case CollectiveKind::Barrier:
@@ -299,10 +364,8 @@ private:
                          void *output, size_t countPerMember) override {
     size_t partBytes = countPerMember * sizeOf(type);
     std::pair<std::vector<int64_t>, uint64_t> key;
-    Slot &slot = meet(group, {CollectiveKind::ReduceScatter, op, type, countPerMember}, input,
-                      partBytes * group.ranks.size(), "", key);
-    if (partBytes)
-      std::memcpy(output, slot.result.data() + group.position * partBytes, partBytes);
+    meet(group, {CollectiveKind::ReduceScatter, op, type, countPerMember}, input,
+         partBytes * group.ranks.size(), "", key, {}, output);
     depart(key, group.ranks.size());
   }
 
@@ -310,10 +373,8 @@ private:
                      size_t countPerMember) override {
     size_t partBytes = countPerMember * sizeOf(type);
     std::pair<std::vector<int64_t>, uint64_t> key;
-    Slot &slot = meet(group, {CollectiveKind::AllGather, ReduceOp::Sum, type, countPerMember},
-                      input, partBytes, "", key);
-    if (partBytes)
-      std::memcpy(output, slot.result.data(), partBytes * group.ranks.size());
+    meet(group, {CollectiveKind::AllGather, ReduceOp::Sum, type, countPerMember}, input,
+         partBytes, "", key, {}, output);
     depart(key, group.ranks.size());
   }
 

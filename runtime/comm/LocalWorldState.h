@@ -81,14 +81,15 @@ struct Signature {
 struct Slot {
   Signature signature;
   int64_t firstRank = -1;
-  std::vector<std::vector<char>> inputs; // by position
-  std::vector<void *> buffers;             // all_reduce: each member's, reduced where they lie
-  std::vector<std::string> strings;      // agree, by position
+  std::vector<std::vector<char>> inputs;   // all_to_all: copied, by position
+  std::vector<void *> buffers;             // the in-place kinds: each member's input (an
+                                           // all_reduce's is its output too)
+  std::vector<void *> outputs;             // reduce_scatter, all_gather: each member's
+  std::vector<std::string> strings;        // agree, by position
   std::vector<std::vector<size_t>> counts; // all_to_all: each member's send counts
   std::vector<bool> present;
   size_t arrivals = 0, departures = 0;
   bool folding = false, complete = false;
-  std::vector<char> result;
 
   /// Empties the slot for a collective of `members` that `signature` names, keeping what its
   /// vectors hold allocated, so that a reused slot allocates nothing.
@@ -104,14 +105,14 @@ struct Slot {
     clearEach(strings);
     clearEach(counts);
     buffers.assign(members, nullptr);
+    outputs.assign(members, nullptr);
     present.assign(members, false);
     arrivals = departures = 0;
     folding = complete = false;
-    result.clear();
   }
-  /// The bytes its copied inputs and result keep allocated.
+  /// The bytes its copied inputs keep allocated.
   size_t heldBytes() const {
-    size_t bytes = result.capacity();
+    size_t bytes = 0;
     for (const std::vector<char> &input : inputs)
       bytes += input.capacity();
     return bytes;
@@ -262,7 +263,7 @@ struct LocalWorld::State {
   /// step meets some 300 times (tiny.par at tp 2 pp 2 dp 2), each a node and six vectors.
   std::vector<Slots::node_type> spareSlots;
   static constexpr size_t kSpareSlots = 16;
-  /// A slot that held more (a ZeRO-3 gather's parameters) is freed, not kept for the next.
+  /// A slot that held more (an all_to_all's copied tokens) is freed, not kept for the next.
   static constexpr size_t kSpareSlotBytes = size_t(1) << 20;
   std::vector<std::unique_ptr<Communicator>> communicators;
 };

@@ -106,7 +106,8 @@ template <typename T> void checkReduceScatter(Ranks ranks) {
       if (it == groups[g].end())
         continue;
       size_t position = it - groups[g].begin(), members = groups[g].size();
-      for (size_t part : {size_t(0), size_t(1), size_t(33)}) {
+      // 1500: more than one of the fold's blocks (4096 bytes) a part.
+      for (size_t part : {size_t(0), size_t(1), size_t(33), size_t(1500)}) {
         uint64_t seed = 7 + g * 100 + part;
         std::vector<T> input = inputOf<T>(comm.rank(), part * members, seed);
         std::vector<T> output(part, T(-1));
@@ -482,6 +483,34 @@ TEST_P(LocalComm, AllReduceRefusesOverlappingBuffers) {
   std::vector<double> shared(8, 1.0);
   std::vector<std::string> errors = local.run([&](Communicator &comm) {
     comm.allReduce({0, 1}, shared.data() + comm.rank(), 4);
+  });
+  for (const std::string &error : errors)
+    EXPECT_NE(error.find("ranks 0 and 1 passed overlapping buffers"), std::string::npos) << error;
+}
+
+// A reduce_scatter and an all_gather read and write the members' buffers where they lie too:
+// a member's own part may be its other buffer (in place), any other overlap is refused.
+TEST_P(LocalComm, ReduceScatterRefusesAnOutputInsideAnotherPart) {
+  LocalWorld local(2, {30}, GetParam());
+  std::vector<std::string> errors = local.run([&](Communicator &comm) {
+    // The start of the input: rank 0's own part for rank 0, but for rank 1 the part of its
+    // input that the fold reads for rank 0.
+    std::vector<double> input(8, 1.0);
+    comm.reduceScatter({0, 1}, input.data(), input.data(), 4);
+  });
+  for (const std::string &error : errors)
+    EXPECT_NE(error.find("rank 1 passed an input and output that overlap other than at its "
+                         "own part"),
+              std::string::npos)
+        << error;
+}
+
+TEST_P(LocalComm, AllGatherRefusesOverlappingOutputs) {
+  LocalWorld local(2, {30}, GetParam());
+  std::vector<double> shared(6, 0.0);
+  std::vector<std::string> errors = local.run([&](Communicator &comm) {
+    double part[2] = {double(comm.rank()), double(comm.rank())};
+    comm.allGather({0, 1}, part, shared.data() + 2 * comm.rank(), 2);
   });
   for (const std::string &error : errors)
     EXPECT_NE(error.find("ranks 0 and 1 passed overlapping buffers"), std::string::npos) << error;
