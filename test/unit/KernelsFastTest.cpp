@@ -324,6 +324,32 @@ TEST(KernelsFastTest, FloatGeluIsWithinRoundingOfDouble) {
   }
 }
 
+TEST(KernelsFastTest, FloatSwigluIsWithinRoundingOfDouble) {
+  // silu(g) u and both gradients over g in [-100, 100] (expf's clamps at both ends), against
+  // the exact values at the float inputs.
+  const int64_t n = 20001;
+  std::vector<float> gate(n), up(n), dy(n), y(n), dgate(n), dup(n);
+  for (int64_t i = 0; i < n; ++i) {
+    gate[size_t(i)] = float(-100.0 + 200.0 * double(i) / double(n - 1));
+    up[size_t(i)] = float(1.0 + 0.5 * std::sin(double(i)));
+    dy[size_t(i)] = float(0.75 - 0.25 * std::cos(double(i)));
+  }
+  swigluForward(y.data(), gate.data(), up.data(), 1, n);
+  swigluBackward(dgate.data(), dup.data(), gate.data(), up.data(), dy.data(), 1, n);
+  for (size_t i = 0; i < size_t(n); ++i) {
+    double g = gate[i], u = up[i], d = dy[i], s = 1.0 / (1.0 + std::exp(-g));
+    double ref = g * s * u, dgRef = d * u * s * (1.0 + g * (1.0 - s)), duRef = d * g * s;
+    // expf's relative error (about 1e-7) and a few roundings; below e^-87.3, the smallest
+    // normal float, expf gives 0, so a sigmoid there is 0 and each result off by up to its
+    // factors beside s times 1.2e-38.
+    double flushed = 1.2e-38 * std::abs(g) * (std::abs(u) + std::abs(d) + std::abs(d * u));
+    EXPECT_NEAR(y[i], ref, 1e-6 * std::abs(ref) + flushed) << "swiglu at " << g;
+    EXPECT_NEAR(dgate[i], dgRef, 1e-6 * std::abs(dgRef) + 1e-6 * std::abs(d * u * s) + flushed)
+        << "swiglu' (gate) at " << g;
+    EXPECT_NEAR(dup[i], duRef, 1e-6 * std::abs(duRef) + flushed) << "swiglu' (up) at " << g;
+  }
+}
+
 TEST(KernelsFastTest, FloatCrossEntropyAgreesWithDouble) {
   const int64_t seq = 3, batch = 2, vocab = 50, rows = seq * batch;
   auto logits = randomValues<double>(rows * vocab, 8, 6.0);

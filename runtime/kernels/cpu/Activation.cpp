@@ -19,7 +19,13 @@ namespace {
 constexpr double invSqrt2 = 0.70710678118654752440;
 constexpr double invSqrt2Pi = 0.39894228040143267794;
 
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+[[gnu::always_inline]] inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+// e^-|x| never overflows, so a very negative x keeps its tiny sigmoid (expf clamps large
+// arguments, and 1 / (1 + e^-x) would give 1 / (1 + e^88) there).
+[[gnu::always_inline]] inline float sigmoid(float x) {
+  float e = detail::expf(-std::fabs(x));
+  return (x >= 0 ? 1.0f : e) / (1.0f + e);
+}
 } // namespace
 
 namespace {
@@ -84,6 +90,23 @@ template <typename T>
 PARC_GELU_LOOPS(PARC_VECTOR_CLONES, float)
 PARC_GELU_LOOPS(, double)
 #undef PARC_GELU_LOOPS
+
+#define PARC_SWIGLU_LOOPS(ATTR, T)                                                                 \
+  ATTR void swigluForwardRange(T *y, const T *gate, const T *up, int64_t begin, int64_t end) {     \
+    _Pragma("omp simd") for (int64_t i = begin; i < end; ++i) y[i] =                               \
+        gate[i] * sigmoid(gate[i]) * up[i];                                                        \
+  }                                                                                                \
+  ATTR void swigluBackwardRange(T *dgate, T *dup, const T *gate, const T *up, const T *dy,         \
+                                int64_t begin, int64_t end) {                                      \
+    _Pragma("omp simd") for (int64_t i = begin; i < end; ++i) {                                    \
+      T g = gate[i], s = sigmoid(g);                                                               \
+      dgate[i] = dy[i] * up[i] * s * (T(1) + g * (T(1) - s));                                      \
+      dup[i] = dy[i] * g * s;                                                                      \
+    }                                                                                              \
+  }
+PARC_SWIGLU_LOOPS(PARC_VECTOR_CLONES, float)
+PARC_SWIGLU_LOOPS(, double)
+#undef PARC_SWIGLU_LOOPS
 } // namespace
 
 template <typename T> void geluForward(T *y, const T *x, int64_t n) {
@@ -120,8 +143,7 @@ template <typename T>
 void swigluForward(T *y, const T *gate, const T *up, int64_t rows, int64_t ffn) {
   // y = silu(gate) * up
   detail::forElements(rows * ffn, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      y[i] = T(gate[i] * sigmoid(gate[i]) * up[i]);
+    swigluForwardRange(y, gate, up, begin, end);
   });
 }
 
@@ -130,11 +152,7 @@ void swigluBackward(T *dgate, T *dup, const T *gate, const T *up, const T *dy, i
                     int64_t ffn) {
   // dgate = dy up sigmoid(g) (1 + g (1 - sigmoid(g))), dup = dy silu(g)
   detail::forElements(rows * ffn, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      double g = gate[i], s = sigmoid(g);
-      dgate[i] = T(dy[i] * up[i] * s * (1.0 + g * (1.0 - s)));
-      dup[i] = T(dy[i] * g * s);
-    }
+    swigluBackwardRange(dgate, dup, gate, up, dy, begin, end);
   });
 }
 

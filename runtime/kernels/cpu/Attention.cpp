@@ -29,28 +29,56 @@ using detail::headSlices;
 
 namespace {
 
-// Turns each (j, j + headDim/2) pair of every head by `direction` times t * theta^(-2j/headDim);
-// the pair is read before it is written, so y may alias x.
+// cos and sin of (offset + t) theta^(-2j/headDim), t < seq, j < headDim/2. Every block and
+// micro-batch of a step asks for the same angles (in libm's sincos and pow, 2 % of a small
+// Llama-style step), so the last table computed on this thread is kept.
+struct RotaryTable {
+  int64_t seq = -1, headDim = 0, offset = 0;
+  double theta = 0;
+  std::vector<double> cos, sin;
+};
+const RotaryTable &rotaryTable(int64_t seq, int64_t headDim, double theta, int64_t offset) {
+  thread_local RotaryTable table;
+  if (table.seq == seq && table.headDim == headDim && table.theta == theta &&
+      table.offset == offset)
+    return table;
+  int64_t half = headDim / 2;
+  table.seq = -1; // not valid until filled: the fill may throw
+  table.cos.resize(size_t(seq * half));
+  table.sin.resize(size_t(seq * half));
+  double *cosOut = table.cos.data(), *sinOut = table.sin.data();
+  detail::forRows(seq, half, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t)
+      for (int64_t j = 0; j < half; ++j) {
+        double angle = double(offset + t) * std::pow(theta, -2.0 * j / headDim);
+        cosOut[t * half + j] = std::cos(angle);
+        sinOut[t * half + j] = std::sin(angle);
+      }
+  });
+  table.seq = seq;
+  table.headDim = headDim;
+  table.theta = theta;
+  table.offset = offset;
+  return table;
+}
+
+// Turns each (j, j + headDim/2) pair of every head by `direction` (+1 or -1) times
+// t * theta^(-2j/headDim); the pair is read before it is written, so y may alias x.
 template <typename T>
 void rotateHalves(T *y, const T *x, int64_t seq, int64_t batch, int64_t heads, int64_t headDim,
                   double theta, double direction, int64_t offset) {
   assert(headDim % 2 == 0 && "rotary embedding needs an even head size");
   int64_t half = headDim / 2;
-  std::vector<double> cosTable(seq * half), sinTable(seq * half);
+  const RotaryTable &table = rotaryTable(seq, headDim, theta, offset);
+  const double *cosTable = table.cos.data(), *sinTable = table.sin.data();
   int64_t width = batch * heads * headDim;
   detail::forRows(seq, width, [&](int64_t first, int64_t last) {
-    for (int64_t t = first; t < last; ++t)
-      for (int64_t j = 0; j < half; ++j) {
-        double angle = double(offset + t) * std::pow(theta, -2.0 * j / headDim);
-        cosTable[t * half + j] = std::cos(angle);
-        sinTable[t * half + j] = direction * std::sin(angle);
-      }
     for (int64_t t = first; t < last; ++t)
       for (int64_t bh = 0; bh < batch * heads; ++bh) {
         const T *xh = x + (t * batch * heads + bh) * headDim;
         T *yh = y + (t * batch * heads + bh) * headDim;
         for (int64_t j = 0; j < half; ++j) {
-          double c = cosTable[t * half + j], s = sinTable[t * half + j];
+          double c = cosTable[t * half + j], s = direction * sinTable[t * half + j];
           double x1 = xh[j], x2 = xh[j + half];
           yh[j] = T(x1 * c - x2 * s);
           yh[j + half] = T(x2 * c + x1 * s);
