@@ -255,7 +255,9 @@ template <typename D> void ParamStore<D>::release(Partition &partition) {
 
 template <typename D> void ParamStore<D>::gather(Communicator &comm, Partition &partition) {
   if (!partition.weights.allocated()) {
-    partition.weights = Buffer<T>(memory, MemoryCategory::Weights, size_t(partition.padded()));
+    // Every part is written below: this member's here, the others' by the all_gather.
+    partition.weights = Buffer<T>(memory, MemoryCategory::Weights, size_t(partition.padded()),
+                                  Init::Overwritten);
     dev.copy(partition.weights.data() + partition.ownedLo(), partition.owned.data(),
              partition.perMember);
     pointInto(partition);
