@@ -247,8 +247,12 @@ template <typename D> void ParamStore<D>::pointInto(Partition &partition) {
 template <typename D> void ParamStore<D>::release(Partition &partition) {
   if (!partition.weights.allocated())
     return;
-  dev.copy(partition.owned.data(), partition.weights.data() + partition.ownedLo(),
-           partition.perMember);
+  // Only the initialisation writes `weights` before `owned` holds its part (the update writes
+  // `owned`, ownedWeights).
+  if (!partition.ownedIsCurrent)
+    dev.copy(partition.owned.data(), partition.weights.data() + partition.ownedLo(),
+             partition.perMember);
+  partition.ownedIsCurrent = false;
   partition.weights.reset();
   pointInto(partition);
 }
@@ -260,6 +264,7 @@ template <typename D> void ParamStore<D>::gather(Communicator &comm, Partition &
                                   Init::Overwritten);
     dev.copy(partition.weights.data() + partition.ownedLo(), partition.owned.data(),
              partition.perMember);
+    partition.ownedIsCurrent = true;
     pointInto(partition);
   }
   // In place: this member's part of the buffer is its input.
