@@ -16,6 +16,7 @@
 #include "LocalWorldState.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/Twine.h"
 #include "llvm/Support/Format.h"
@@ -250,33 +251,29 @@ private:
       state.spareSlots.push_back(std::move(node));
   }
 
-  /// An all_reduce sums its members' buffers in place, so they must be distinct memory.
-  static void checkDisjoint(const std::vector<void *> &buffers, size_t bytes, GroupCall group) {
-    for (size_t i = 0; i < buffers.size(); ++i)
-      for (size_t j = i + 1; j < buffers.size(); ++j) {
-        auto *a = static_cast<const char *>(buffers[i]), *b = static_cast<const char *>(buffers[j]);
-        if (a < b + bytes && b < a + bytes)
-          throw CommError("ranks " + std::to_string(group.ranks[i]) + " and " +
-                          std::to_string(group.ranks[j]) + " passed overlapping buffers");
-      }
-  }
-
-  /// A reduce_scatter's or all_gather's members' inputs and outputs, which must not overlap but
-  /// where a member's input is its own part of its output, or its output its own part of its
-  /// input (Communicator.h): `whole` bytes of the larger, `part` of the smaller.
-  static void checkInPlace(const Slot &slot, GroupCall group, size_t part, size_t whole) {
-    bool gathers = slot.signature.kind == CollectiveKind::AllGather;
+  /// The in-place kinds read and write the members' buffers where they lie, so no two may
+  /// overlap, except that a reduce_scatter's or all_gather's member may pass its own part of
+  /// one buffer as the other (Communicator.h). An all_reduce's buffers are each `part` bytes;
+  /// of a reduce_scatter's or all_gather's two, the larger is the members' parts together.
+  static void checkBuffersApart(const Slot &slot, GroupCall group, size_t part) {
     struct Region {
       const char *begin;
       size_t bytes;
       size_t member;
     };
-    std::vector<Region> regions;
-    for (size_t m = 0; m < group.ranks.size(); ++m) {
+    CollectiveKind kind = slot.signature.kind;
+    size_t members = group.ranks.size();
+    llvm::SmallVector<Region, 16> regions;
+    for (size_t m = 0; m < members; ++m) {
       auto *in = static_cast<const char *>(slot.buffers[m]);
+      if (kind == CollectiveKind::AllReduce) {
+        regions.push_back({in, part, m});
+        continue;
+      }
       auto *out = static_cast<const char *>(slot.outputs[m]);
+      bool gathers = kind == CollectiveKind::AllGather;
       const char *large = gathers ? out : in, *small = gathers ? in : out;
-      regions.push_back({large, whole, m});
+      regions.push_back({large, part * members, m});
       if (small != large + m * part)
         regions.push_back({small, part, m});
     }
@@ -323,7 +320,7 @@ private:
     case CollectiveKind::AllReduce: {
       if (part == 0)
         return;
-      checkDisjoint(slot.buffers, part, group);
+      checkBuffersApart(slot, group, part);
       // Added in member order: the same bits on every member.
       reduceAll(signature.op, signature.type, slot.buffers, signature.count);
       return;
@@ -331,13 +328,13 @@ private:
     case CollectiveKind::ReduceScatter:
       if (part == 0)
         return;
-      checkInPlace(slot, group, part, part * members);
+      checkBuffersApart(slot, group, part);
       reduceScatterInPlace(slot, members);
       return;
     case CollectiveKind::AllGather:
       if (part == 0)
         return;
-      checkInPlace(slot, group, part, part * members);
+      checkBuffersApart(slot, group, part);
       for (size_t m = 0; m < members; ++m)
         for (size_t i = 0; i < members; ++i) {
           char *to = static_cast<char *>(slot.outputs[m]) + i * part;
