@@ -128,6 +128,8 @@ template <typename D> void ParamStore<D>::initialize(uint64_t seed) {
       initShard(params[i].value, seed, params[i]);
     if (partition.zero3) {
       partition.owned = Buffer<T>(memory, MemoryCategory::Weights, size_t(partition.perMember));
+      dev.copy(partition.owned.data(), partition.weights.data() + partition.ownedLo(),
+               partition.perMember);
       release(partition);
     }
   }
@@ -247,12 +249,8 @@ template <typename D> void ParamStore<D>::pointInto(Partition &partition) {
 template <typename D> void ParamStore<D>::release(Partition &partition) {
   if (!partition.weights.allocated())
     return;
-  // Only the initialisation writes `weights` before `owned` holds its part (the update writes
-  // `owned`, ownedWeights).
-  if (!partition.ownedIsCurrent)
-    dev.copy(partition.owned.data(), partition.weights.data() + partition.ownedLo(),
-             partition.perMember);
-  partition.ownedIsCurrent = false;
+  // Nothing to copy back: `weights` was gathered from `owned` (the initialisation copied its
+  // part itself), the computes only read it, and the update writes `owned` (ownedWeights).
   partition.weights.reset();
   pointInto(partition);
 }
@@ -264,7 +262,6 @@ template <typename D> void ParamStore<D>::gather(Communicator &comm, Partition &
                                   Init::Overwritten);
     dev.copy(partition.weights.data() + partition.ownedLo(), partition.owned.data(),
              partition.perMember);
-    partition.ownedIsCurrent = true;
     pointInto(partition);
   }
   // In place: this member's part of the buffer is its input.

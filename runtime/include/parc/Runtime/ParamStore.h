@@ -76,8 +76,6 @@ public:
     bool zero3 = false;    // some release_params names it
     Buffer<T> weights;     // the n' gathered values; ZeRO-3 frees it outside its computes
     Buffer<T> owned;       // ZeRO-3: this member's perMember values, always held
-    bool ownedIsCurrent = false; // ZeRO-3: `weights` was gathered from `owned`, which the
-                                 // computes only read, so a release need not copy back
     Buffer<Grad> grads;    // the n' whole gradients, from their first write to the reduction
     Buffer<Grad> ownedGrads; // this member's reduced perMember gradients, until the update
 
